@@ -1,0 +1,44 @@
+# The README's commands. Everything is installed into $(VENV); a torch that is already importable there is kept,
+# otherwise the CPU build torch==2.13.0 is installed (an unpinned torch would pull a multi-GB CUDA build).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PRESET ?= cpu
+STAMP := $(VENV)/.xsa_nb-installed
+
+.PHONY: install test reproduce docs sync clean
+
+install: $(STAMP)
+
+$(STAMP): settings.ini setup.py pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null && echo "keeping the installed torch $$($(PY) -c 'import torch; print(torch.__version__)')" \
+		|| $(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip check
+	@touch $@
+
+# nbs/ is the source: exporting must not change xsa_nb/, cleaning must not change nbs/, README must match 00_index.
+sync: install
+	@tmp=$$(mktemp -d); cp -r xsa_nb nbs $$tmp/; \
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean; \
+	status=0; \
+	diff -r -x __pycache__ $$tmp/xsa_nb xsa_nb || { echo "xsa_nb/ was out of sync with nbs/: run nbdev_export and commit" >&2; status=1; }; \
+	diff -r -x .ipynb_checkpoints $$tmp/nbs nbs >/dev/null || { echo "notebooks were not clean: run nbdev_clean and commit" >&2; status=1; }; \
+	rm -rf $$tmp; \
+	$(BIN)/xsa_nb docs readme --check || status=1; \
+	exit $$status
+
+test: sync
+	$(BIN)/pytest
+
+reproduce: install
+	$(BIN)/xsa_nb reproduce --preset $(PRESET)
+
+docs: install
+	$(BIN)/xsa_nb docs build
+
+clean:
+	rm -rf _proc _exec _exec_stage docs/_src docs/_build runs .pytest_cache

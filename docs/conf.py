@@ -1,0 +1,14 @@
+"""Sphinx configuration of the docs site; `xsa_nb docs build` (make docs) writes the pages into docs/_src."""
+project = "xsa_nb"
+author = "xsa_nb contributors"
+copyright = "2026 onwards, xsa_nb contributors"
+root_doc = "index"
+extensions = ["myst_nb", "sphinx-mathjax-offline"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+nb_execution_mode = "off"  # notebooks arrive already executed under nbdev's test rules
+nb_merge_streams = True
+suppress_warnings = ["mystnb.unknown_mime_type"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+html_theme = "sphinx_book_theme"
+html_title = "xsa_nb"
+html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True}
