@@ -27,7 +27,10 @@ def test_show_doc_signatures_are_rendered(site):
     html = (site / "91_docs.html").read_text(encoding="utf-8")
     assert 'id="build-site">build_site<' in html, "show_doc heading of build_site missing"
     assert '<a href="91_docs.html#build-site">' in html, "nbdev's doc links do not point at the local page"
-    assert "def build_site" in html
+    assert re.search(r'id="build-site">build_site</p>\s*<div class="highlight-python[^>]*"><div class="highlight"><pre>'
+                     r'<span></span><span class="k">def</span><span class="w"> </span><span class="nf">build_site</span>', html), \
+        "the signature of build_site is not rendered under its heading"
+    assert "<em>Build the static docs site" in html, "the docstring of build_site is not rendered"
 
 
 def test_figures_are_rendered(site):
