@@ -14,7 +14,8 @@ RUN = "import sys; from xsa_nb.cli import main; sys.exit(main(sys.argv[1:]))"
 def test_notebook(notebook):
     res = subprocess.run([sys.executable, "-c", RUN, "docs", "execute", str(notebook), str(ROOT / "_exec" / notebook.name)],
                          capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, f"{notebook.name} failed:\n{res.stdout[-5000:]}\n{res.stderr[-20000:]}"
+    if res.returncode != 0:
+        pytest.fail(f"{notebook.name} failed:\n{res.stdout[-5000:]}\n{res.stderr[-20000:]}", pytrace=False)
 
 
 def test_there_are_notebooks():
