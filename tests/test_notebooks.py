@@ -21,3 +21,10 @@ def test_notebook(notebook):
 def test_there_are_notebooks():
     names = [nb.stem for nb in NOTEBOOKS]
     assert names[0] == "00_index" and "10_train" in names, names
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_no_cell_mixes_imports_with_code(notebook):
+    from xsa_nb.docs import cells_mixing_imports
+    assert cells_mixing_imports(notebook) == [], \
+        f"{notebook.name}: cells {cells_mixing_imports(notebook)} mix imports with other code (nbdev re-runs them for the docs)"

@@ -1,0 +1,84 @@
+"""End-to-end properties of the training loop that need separate processes: a run killed mid-way resumes bit for
+bit, a NaN stops the run and leaves a loadable checkpoint, and torchrun with 2 CPU processes matches one process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+TINY = dict(depth=2, seq_len=64, device_batch_size=4, eval_every=-1, eval_tokens=256, warmup_steps=2, steps=8,
+            save_every=1)
+
+
+def losses(run_dir):
+    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [m["loss"] for m in lines if "loss" in m]
+
+
+CODE = "import sys, json; from xsa_nb.trainer import TrainConfig, train; train(TrainConfig(**json.loads(sys.argv[1])))"
+
+
+def spawn_train(run_dir, env=None, **knobs):
+    return subprocess.Popen([sys.executable, "-c", CODE, json.dumps(dict(TINY, run_dir=str(run_dir)) | knobs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_kill_and_resume_is_bit_for_bit(tmp_path):
+    whole = spawn_train(tmp_path / "whole")  # every run in a fresh process: no state shared with other tests
+    assert whole.wait(timeout=300) == 0, whole.stderr.read()[-5000:]
+    proc = spawn_train(tmp_path / "killed")
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        path = tmp_path / "killed" / "metrics.jsonl"
+        if path.exists() and len(losses(tmp_path / "killed")) >= 4:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = json.loads((tmp_path / "killed" / "checkpoint" / "meta.json").read_text())["step"]
+    assert 0 < killed_at < TINY["steps"]
+    resumed = spawn_train(tmp_path / "killed")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()[-5000:]
+    assert losses(tmp_path / "killed") == losses(tmp_path / "whole")  # exact equality: bit for bit
+
+
+def test_nan_stops_with_a_clear_message_and_a_loadable_checkpoint(tmp_path):
+    from xsa_nb.trainer import TrainConfig, TrainingDiverged, build_model, load_checkpoint, train
+    from xsa_nb.data import default_tokenizer
+    cfg = TrainConfig(**TINY, run_dir=str(tmp_path / "nan"), nan_at_step=3)
+    with pytest.raises(TrainingDiverged, match="training loss is nan at step 3"):
+        train(cfg, log=lambda *_: None)
+    state = load_checkpoint(tmp_path / "nan" / "checkpoint", build_model(cfg, default_tokenizer().vocab_size, "cpu"))
+    assert state["step"] == 3  # the weights after steps 0..2: the last good ones
+    assert len(losses(tmp_path / "nan")) == 3
+
+
+def test_torchrun_two_processes_match_one(tmp_path):
+    """Every row group holds the same documents, so each rank's batch equals the single process's batch and the
+    averaged gradient equals the single-process gradient: the losses must agree to fp32 rounding. This checks the
+    distributed plumbing (process group, identical init, gradient averaging and sharded orthogonalisation inside
+    MuonAdamW, rank-0-only writes)."""
+    from xsa_nb.data import default_data_dir, iter_documents, write_shard
+    from xsa_nb.trainer import TrainConfig, train
+    docs = [d for _, d in zip(range(64), iter_documents(default_data_dir(), "train"))]
+    data = tmp_path / "data"
+    for k in range(3):  # two training shards and a validation shard, every row group identical
+        write_shard(data / f"shard_{k:05d}.parquet", {"text": docs * 4}, row_group_size=len(docs))
+    knobs = dict(TINY, steps=4, save_every=-1, data_dir=str(data))
+    one_thread = dict(os.environ, OMP_NUM_THREADS="1")  # the same matmul reduction order in every process
+    single = spawn_train(tmp_path / "one", env=one_thread, **knobs)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+                "--no-python", sys.executable, "-c", CODE, json.dumps(dict(TINY, **knobs, run_dir=str(tmp_path / "two")))]
+    res = subprocess.run(torchrun, capture_output=True, text=True, env=one_thread, timeout=300)
+    assert res.returncode == 0, res.stderr[-5000:]
+    assert single.wait(timeout=300) == 0, single.stderr.read()[-5000:]
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert len(one) == len(two) == 4
+    assert one[0] == two[0], (one, two)  # same init, same batch
+    assert max(abs(a - b) / a for a, b in zip(one, two)) < 1e-5, (one, two)
