@@ -17,29 +17,31 @@ from .tokenizer import train_tokenizer
 # %% auto #0
 __all__ = ['reproduce', 'run_data_command', 'parse_params', 'run_notebook', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #8595bac0
-def reproduce(preset: str = "cpu", root: Path | None = None, log=print) -> list[Path]:
-    "Execute every notebook that exists with papermill into `runs/<preset>/notebooks/`; return the executed copies."
+# %% ../nbs/90_cli.ipynb #ea6994d1
+def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, log=print) -> list[Path]:
+    "Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files."
+    import time
+
     import papermill as pm
 
+    from xsa_nb.experiments import get_preset, run_experiment, without_env
+    from xsa_nb.report import REPORT_FILES
+
+    get_preset(preset)
     root = Path(root or get_config().config_path)
-    nbs = sorted((root / "nbs").glob("[0-9]*.ipynb"))
-    out_dir = root / "runs" / preset / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    done = []
-    for nb in nbs:
-        if nb.stem == "10_train":
-            params = {"run_dir": str(root / "runs" / preset / "train")}
-        else:
-            params = {}
-        log(f"running {nb.name}")
-        pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters=params, cwd=str(nb.parent),
-                            progress_bar=False, log_output=False)
-        done.append(out_dir / nb.name)
-    log(f"executed {len(done)} notebooks into {out_dir}.")
-    log("Not yet implemented (open issues): the training runs, evaluation and report that write the tables and "
-        "figures under docs/results/. Nothing was trained and no result was produced.")
-    return done
+    start = time.time()
+    run_experiment(preset, root, nproc=nproc, log=log)
+    log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
+    report_nb = root / "runs" / preset / "report.ipynb"
+    report_nb.parent.mkdir(parents=True, exist_ok=True)
+    with without_env("IN_TEST"):
+        pm.execute_notebook(str(root / "nbs" / "12_report.ipynb"), str(report_nb),
+                            parameters={"preset": preset, "root": str(root)}, cwd=str(root), progress_bar=False)
+    out = root / "docs" / "results" / preset
+    if preset == "cpu":  # the README shows the cpu headline table
+        docs.sync_readme(root)
+    log(f"report written into {out} ({time.time() - start:.0f} s in all)")
+    return [out / name for name in REPORT_FILES]
 
 # %% ../nbs/90_cli.ipynb #e63f6c89
 def _add_data_parser(sub) -> None:
@@ -108,7 +110,7 @@ def run_notebook(name: str, out: Path, params: dict, root: Path | None = None) -
     pm.execute_notebook(str(root / "nbs" / name), str(out), parameters=params, cwd=str(Path.cwd()))
     return Path(out)
 
-# %% ../nbs/90_cli.ipynb #922f08de
+# %% ../nbs/90_cli.ipynb #de9cca71
 def build_parser() -> argparse.ArgumentParser:
     "The argument parser of the `xsa_nb` console script."
     p = argparse.ArgumentParser(prog="xsa_nb", description="XSA, Muon and delta depth routing for small GPTs.")
@@ -134,8 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="an 11_eval parameter")
 
+    bn = sub.add_parser("bench", help="speed, memory and MFU of every variant, side by side")
+    bn.add_argument("--gpu", action="store_true", help="the d12 / d24 GPU benchmark (bf16 + compile) instead")
+    bn.add_argument("--out", type=Path, default=None, help="results directory (default: docs/results)")
+
     rp = sub.add_parser("reproduce", help="run the main job end to end")
-    rp.add_argument("--preset", default="cpu", help="experiment preset (default: cpu)")
+    rp.add_argument("--preset", default="cpu", help="experiment preset: smoke, cpu, d12, d24 (default: cpu)")
+    rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
     return p
 
 
@@ -164,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             run_notebook("10_train.ipynb", run_dir / "train.ipynb", params)
     elif args.command == "eval":
         run_notebook("11_eval.ipynb", args.run_dir / "eval.ipynb", {"run_dir": str(args.run_dir)} | parse_params(args.param))
+    elif args.command == "bench":
+        from xsa_nb import bench
+        out = args.out or Path(get_config().config_path) / "docs" / "results"
+        (bench.run_gpu_bench if args.gpu else bench.run_bench)(out)
     elif args.command == "reproduce":
-        reproduce(args.preset)
+        reproduce(args.preset, nproc=args.nproc)
     return 0

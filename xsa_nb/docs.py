@@ -44,7 +44,7 @@ def split_directives(source: str) -> tuple[dict[str, str], str]:
         n += 1
     return directives, "\n".join(lines[n:]).lstrip("\n")
 
-# %% ../nbs/91_docs.ipynb #4f55a613
+# %% ../nbs/91_docs.ipynb #7f59a655
 README_NOTE = "<!-- Generated from nbs/00_index.ipynb by `xsa_nb docs readme`: edit the notebook, not this file. -->"
 
 
@@ -59,6 +59,11 @@ def readme_from_index(index_nb: Path) -> str:
             parts.append(source)
         elif cell.cell_type == "code":
             directives, code = split_directives(source)
+            if "readme_include" in directives:
+                included = Path(index_nb).resolve().parent.parent / directives["readme_include"]
+                parts.append(included.read_text(encoding="utf-8").strip() if included.is_file() else
+                             f"_{directives['readme_include']} has not been generated yet._")
+                continue
             if "hide" in directives or not code:
                 continue
             parts.append(f"```python\n{code}\n```")
@@ -226,7 +231,7 @@ def cells_mixing_imports(path: Path) -> list[int]:
             bad.append(i)
     return bad
 
-# %% ../nbs/91_docs.ipynb #84953e5e
+# %% ../nbs/91_docs.ipynb #ff217e84
 def executed_copy(src: Path, exec_dir: Path) -> Path:
     "Return a fresh executed copy of notebook `src` in `exec_dir`, executing it only if missing or stale."
     dest = Path(exec_dir) / Path(src).name
@@ -279,8 +284,11 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
         (src_dir / f"{name}.ipynb").write_text(json.dumps(page, indent=1), encoding="utf-8")
         pages.append(name)
     results = root / "docs" / "results"
-    if results.exists():
+    if results.exists():  # one page per report (its index.md holds every table and figure) and the benchmark page
         shutil.copytree(results, src_dir / "results")
+        for md in (src_dir / "results").rglob("*.md"):
+            if md.name != "index.md" and md.parent != src_dir / "results":
+                md.unlink()
     toc = [p for p in pages if p != "index"]
     toc += sorted(str(p.relative_to(src_dir).with_suffix("")) for p in (src_dir / "results").rglob("*.md"))
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))

@@ -26,11 +26,11 @@ from .model import GPT, GPTConfig
 from .routing import RESIDUAL_PRESETS
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FILES', 'TrainConfig', 'validate', 'rng_state', 'set_rng_state', 'save_checkpoint', 'load_checkpoint',
-           'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype', 'matmul_flops', 'horizon', 'build_model',
-           'train', 'read_metrics', 'load_run']
+__all__ = ['CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'TrainConfig', 'validate', 'rng_state', 'set_rng_state', 'save_checkpoint',
+           'load_checkpoint', 'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype', 'matmul_flops',
+           'horizon', 'build_model', 'load_weights_from', 'train', 'read_metrics', 'load_run']
 
-# %% ../nbs/08_trainer.ipynb #d2e85bac
+# %% ../nbs/08_trainer.ipynb #2b14ed6d
 @dataclass
 class TrainConfig:
     "Every knob of one training run (defaults: the CPU preset on the embedded corpus)."
@@ -39,6 +39,9 @@ class TrainConfig:
     xsa_layers: str = "all"          # "all", "last:N" or comma-separated layer indices
     residual: str = "standard"       # depth routing preset
     block_size: int = 2              # sublayers per block for the *_block presets
+    residual_convert: bool = False   # routed term behind a zero-initialised gate (to convert a trained model)
+    attn_sink: bool = False          # learned per-head attention sink logit
+    init_from: str = ""              # a run directory whose final weights start this run (model weights only)
     window_pattern: str = "L"        # nanochat's sliding-window pattern ("SSSL" on GPU)
     seq_len: int = 256               # tokens per row
     device_batch_size: int = 8       # rows per forward pass per rank
@@ -68,7 +71,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-# %% ../nbs/08_trainer.ipynb #e97db771
+# %% ../nbs/08_trainer.ipynb #04c819cb
 def validate(cfg: TrainConfig) -> TrainConfig:
     "Check a configuration before any work; raise ValueError naming the bad value and what is allowed."
     def need(ok: bool, msg: str) -> None:
@@ -93,6 +96,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         need(Path(cfg.data_dir).is_dir(), f"data_dir {cfg.data_dir!r} does not exist or is not a directory")
     if cfg.tokenizer_path:
         need(Path(cfg.tokenizer_path).is_file(), f"tokenizer_path {cfg.tokenizer_path!r} is not a file")
+    if cfg.init_from:
+        need((Path(cfg.init_from) / "checkpoint" / "model.safetensors").is_file(),
+             f"init_from {cfg.init_from!r} is not a run directory with a checkpoint (no checkpoint/model.safetensors)")
     if cfg.core_every > 0:
         need(bool(cfg.core_bundle) and Path(cfg.core_bundle).is_dir(),
              f"core_every > 0 needs core_bundle to be an eval bundle directory, got {cfg.core_bundle!r}")
@@ -225,18 +231,35 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig) -> None:
         raise ValueError(f"{run_dir} holds a run with another configuration (differs in {diff}); "
                          "use a new run_dir or delete the old one")
 
-# %% ../nbs/08_trainer.ipynb #f43d423b
+# %% ../nbs/08_trainer.ipynb #6bdc99d4
 def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device) -> GPT:
     "The GPT a configuration describes, initialised with its seed, on `device`."
     torch.manual_seed(cfg.seed)
     gcfg = GPTConfig.from_depth(cfg.depth, sequence_len=cfg.seq_len, vocab_size=vocab_size,
                                 window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
-                                xsa_layers=cfg.xsa_layers, residual=cfg.residual, block_size=cfg.block_size)
+                                xsa_layers=cfg.xsa_layers, residual=cfg.residual, block_size=cfg.block_size,
+                                residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink)
     with torch.device("meta"):
         model = GPT(gcfg)
     model.to_empty(device=device)
     model.init_weights()
     return model
+
+
+NEW_SWITCH_PARAMS = ("router.", "attn_sink", "xsa_gate")  # may be absent from a checkpoint a run starts from
+
+
+def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
+    "Load another run's final weights into `model`; parameters only switches add keep their init. Return those."
+    weights = load_file(str(Path(run_dir) / "checkpoint" / "model.safetensors"), device=str(model.get_device()))
+    own = model.state_dict()
+    missing = sorted(k for k in own if k not in weights)
+    bad = sorted(k for k, w in weights.items() if k not in own or own[k].shape != w.shape)
+    bad += [k for k in missing if not any(s in k for s in NEW_SWITCH_PARAMS)]
+    if bad:
+        raise ValueError(f"init_from {run_dir} does not fit this model: mismatched parameters {bad[:8]}")
+    model.load_state_dict(weights, strict=False)
+    return missing
 
 
 def train(cfg: TrainConfig, log=print) -> dict:
@@ -261,6 +284,9 @@ def train(cfg: TrainConfig, log=print) -> dict:
     tb = token_bytes(tokenizer).to(device)
 
     model = build_model(cfg, tokenizer.vocab_size, device)
+    if cfg.init_from and not (run_dir / "checkpoint").exists():  # a resumed run has its own weights
+        fresh = load_weights_from(model, Path(cfg.init_from))
+        log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
     optimizer = model.setup_optimizer()
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale

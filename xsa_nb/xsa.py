@@ -14,7 +14,7 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'diagonal_attention_mass']
 
-# %% ../nbs/01_xsa.ipynb #b0027123
+# %% ../nbs/01_xsa.ipynb #173a393d
 def _check_heads(y: Tensor, v: Tensor) -> tuple[int, int]:
     "Validate `(B, T, H, D)` outputs against `(B, T, H_kv, D)` values; return `(H_kv, H // H_kv)`."
     if y.ndim != 4 or v.ndim != 4:
@@ -52,9 +52,9 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
         raise TypeError(f"alpha must be a float in [0, 1] or a tensor, got {type(alpha).__name__}")
     ct = _compute_dtype(y.dtype)
     yg = y.to(ct).unflatten(2, (h_kv, group))                   # (B, T, H_kv, G, D): a view, no copy
-    v_hat = F.normalize(v.to(ct), dim=-1).unsqueeze(3)           # (B, T, H_kv, 1, D): broadcast over the group
-    along = torch.linalg.vecdot(yg, v_hat).unsqueeze(-1)         # y·v̂ per query head: (B, T, H_kv, G, 1)
-    return torch.addcmul(yg, alpha * along, v_hat, value=-1.0).flatten(2, 3).to(y.dtype)
+    vg = v.to(ct).unsqueeze(3)                                   # (B, T, H_kv, 1, D): broadcast over the group
+    along = torch.linalg.vecdot(yg, vg) / torch.linalg.vecdot(vg, vg).clamp_min(1e-24)  # y·v/‖v‖²: (B, T, H_kv, G)
+    return torch.addcmul(yg, alpha * along.unsqueeze(-1), vg, value=-1.0).flatten(2, 3).to(y.dtype)
 
 # %% ../nbs/01_xsa.ipynb #c1713d43
 def own_value_cosine(y: Tensor, v: Tensor) -> Tensor:

@@ -1,0 +1,80 @@
+"""`xsa_nb reproduce --preset smoke`, run in a temporary copy of the notebooks, trains and evaluates every smoke run
+through papermill and writes every table and figure of the report; the numbers in the tables are the ones in the
+run directories (checked against eval.json, and by changing eval.json and writing the report again)."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from xsa_nb.experiments import get_preset, run_status
+from xsa_nb.report import REPORT_FILES, write_report
+
+XSA_NB = str(Path(sys.executable).parent / "xsa_nb")
+
+
+def reproduce(root: Path, preset: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}
+    return subprocess.run([XSA_NB, "reproduce", "--preset", preset], cwd=root, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(ROOT / "nbs", root / "nbs", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "runs"))
+    shutil.copy(ROOT / "settings.ini", root / "settings.ini")
+    res = reproduce(root, "smoke")
+    assert res.returncode == 0, res.stderr[-5000:]
+    return root
+
+
+def rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_run_is_complete(repo):
+    for run in get_preset("smoke").runs:
+        d = repo / "runs" / "smoke" / run.name
+        assert run_status(d) == "complete", run.name
+        assert (d / "train.ipynb").is_file() and (d / "eval.ipynb").is_file()
+    assert (repo / "runs" / "smoke" / "report.ipynb").is_file()
+
+
+def test_every_report_file_is_written(repo):
+    out = repo / "docs" / "results" / "smoke"
+    assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)
+    for name in REPORT_FILES:
+        assert (out / name).stat().st_size > 0, name
+        if name.endswith(".png"):
+            assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_table_numbers_come_from_run_directories(repo):
+    out, runs = repo / "docs" / "results" / "smoke", repo / "runs" / "smoke"
+    val = lambda name: json.loads((runs / name / "eval.json").read_text())["val_bpb"]
+    ours = {(r["depth"], r["variant"]): r for r in rows(out / "xsa_muon.csv") if r["source"] == "ours (smoke)"}
+    assert float(ours[("1", "baseline")]["val_bpb"]) == val("d1_base_s0")
+    assert float(ours[("2", "XSA α=1")]["val_bpb"]) == val("d2_xsa_s0")
+    routing = {r["residual"]: r for r in rows(out / "routing.csv") if r["source"] == "ours (smoke)"}
+    assert float(routing["delta_block"]["val_bpb"]) == val("d1_delta_block_s0")
+    conv = {r["converted_to"]: r for r in rows(out / "routing_conversion.csv")}
+    first = json.loads((runs / "d1_conv_delta_block_s0" / "metrics.jsonl").read_text().splitlines()[0])
+    assert float(conv["delta_block"]["loss_first_step"]) == first["loss"]
+
+    edited = repo / "edited_runs"  # change one eval.json: the regenerated table follows it
+    shutil.copytree(runs, edited)
+    ev = json.loads((edited / "d2_xsa_s0" / "eval.json").read_text())
+    (edited / "d2_xsa_s0" / "eval.json").write_text(json.dumps(ev | {"val_bpb": 9.8765}))
+    write_report("smoke", edited, repo / "edited_out")
+    assert "| 2 | XSA α=1 | 1 | 9.8765 |" in (repo / "edited_out" / "headline.md").read_text()
+
+
+def test_unknown_preset_is_refused(tmp_path):
+    res = reproduce(ROOT, "no-such-preset")
+    assert res.returncode != 0 and "unknown preset 'no-such-preset': allowed are smoke, cpu" in res.stderr
