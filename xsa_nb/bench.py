@@ -257,7 +257,7 @@ def muon_timing(shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, batch: int
         out.append(row)
     return out
 
-# %% ../nbs/13_bench.ipynb #14c17601
+# %% ../nbs/13_bench.ipynb #9fafa436
 def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
@@ -336,9 +336,9 @@ def target_checks(result: dict) -> list[dict]:
         dict(target=what, shape=r["shape"], mode=r["mode"], value=value, limit=limit, met=bool(met), **more))
     for r in result["rows"]:
         for variants, limit in ((("xsa", "xsa_last2"), 0.03), (("delta_block",), 0.10)):
-            if r["variant"] in variants and "best_ratio" in r:  # judged on the least-disturbed steps
-                add(f"{r['variant']} time overhead", r, r["best_ratio"] - 1, f"≤ {limit:.0%}",
-                    r["best_ratio"] - 1 <= limit, paired=r["time_ratio"] - 1)
+            if r["variant"] in variants and "time_ratio" in r:  # judged on the paired median, best steps beside it
+                add(f"{r['variant']} time overhead", r, r["time_ratio"] - 1, f"≤ {limit:.0%}",
+                    r["time_ratio"] - 1 <= limit, best=r["best_ratio"] - 1)
         if r["variant"] == "delta_block" and "act_ratio" in r:
             add("delta_block activation overhead", r, r["act_ratio"] - 1, "≤ 30%", r["act_ratio"] - 1 <= 0.30)
         if r["variant"] == "baseline" and r["shape"] == NANOCHAT_D4.name and "tok_s" in r:
@@ -357,9 +357,9 @@ def targets_markdown(checks: list[dict]) -> str:
     fmt = lambda c: f"{c['value']:.0f}" if "tokens/s" in c["target"] else \
         f"{c['value']:.2f}" if "bound" in c["target"] else f"{c['value']:+.1%}" if "overhead" in c["target"] \
         else f"{c['value']:.1%}"
-    lines = ["| target | shape | mode | measured | (paired median) | limit | met |", "|---|---|---|---|---|---|---|"]
+    lines = ["| target | shape | mode | measured | (best steps) | limit | met |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {c['target']} | {c['shape']} | {c['mode']} | {fmt(c)} | "
-              f"{format(c['paired'], '+.1%') if 'paired' in c else ''} | {c['limit']} | {'yes' if c['met'] else 'no'} |"
+              f"{format(c['best'], '+.1%') if 'best' in c else ''} | {c['limit']} | {'yes' if c['met'] else 'no'} |"
               for c in checks]
     return "\n".join(lines) + "\n"
 
@@ -373,13 +373,13 @@ def write_results(result: dict, out_dir: Path | str, stem: str) -> Path:
     md.write_text(results_markdown(result))
     return md
 
-# %% ../nbs/13_bench.ipynb #3f6d1c5e
-def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 3,
+# %% ../nbs/13_bench.ipynb #d6a19942
+def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               shapes: tuple[Shape, ...] = (CPU_PRESET, NANOCHAT_D4),
               eager_variants: dict[str, list[str]] | None = None,
               compiled_variants: dict[str, list[str]] | None = None,
               muon_shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, muon_batch: int = 2,
-              compile_budget_s: float = 240.0, xsa_focus_rounds: int = 9, log=print) -> dict:
+              compile_budget_s: float = 240.0, focus_rounds: int = 9, log=print) -> dict:
     "Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`."
     focus = ["baseline", "xsa", "delta_block"]
     eager_variants = eager_variants or {CPU_PRESET.name: list(VARIANTS), NANOCHAT_D4.name: focus}
@@ -396,9 +396,9 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 3,
                 rows += time_variants(shape, chosen[shape.name], device, compile, rounds,
                                       ceiling_gflops=result["ceilings_gflops"]["fp32"],
                                       compile_budget_s=compile_budget_s, log=log)
-    if xsa_focus_rounds:  # XSA's overhead is small: measure it again with more rounds than the rest
-        focus_shape = Shape(f"{CPU_PRESET.name}_xsa", **{k: v for k, v in asdict(CPU_PRESET).items() if k != "name"})
-        rows += time_variants(focus_shape, ["baseline", "xsa", "xsa_last2"], device, False, xsa_focus_rounds,
+    if focus_rounds:  # the targeted overheads are small: measure them again with more rounds than the rest
+        focus_shape = Shape(f"{CPU_PRESET.name}_focus", **{k: v for k, v in asdict(CPU_PRESET).items() if k != "name"})
+        rows += time_variants(focus_shape, ["baseline", "xsa", "xsa_last2", "delta_block"], device, False, focus_rounds,
                               ceiling_gflops=result["ceilings_gflops"]["fp32"], log=log)
     result["rows"] = rows
     result["delta_bound"] = delta_bounds(rows)

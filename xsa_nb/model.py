@@ -20,9 +20,10 @@ from .routing import RESIDUAL_PRESETS, DepthRouter
 from .xsa import attend, attention_mask
 
 # %% auto #0
-__all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'GPTConfig', 'rotary_tables',
-           'apply_rotary', 'norm', 'has_value_embedding', 'KVCache', 'attend_with_sink', 'CausalSelfAttention', 'MLP',
-           'Block', 'GPT', 'sample_next']
+__all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'LOSS_CHUNK_NUMEL',
+           'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm', 'has_value_embedding',
+           'KVCache', 'attend_with_sink', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
+           'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
 def _positive_int(name: str, value) -> None:
@@ -241,7 +242,80 @@ class Block(nn.Module):
         x = router.write(a, x, self.attn(norm(router.read(a, x)), ve, cos, sin, window, kv_cache))
         return router.write(m, x, self.mlp(norm(router.read(m, x))))
 
-# %% ../nbs/04_model.ipynb #e48879ca
+# %% ../nbs/04_model.ipynb #72910c1d
+LOSS_CHUNK_NUMEL = 2 ** 22  # logits per chunk of the fused loss: 16 MiB of fp32 (128 rows at V = 32768; measured)
+COMPILED_LOSS_CHUNK_NUMEL = 2 ** 24  # under torch.compile fewer, larger chunks measured faster (512 rows at V = 32768)
+
+
+def softcap_logits(h: Tensor, weight: Tensor, vocab_size: int) -> Tensor:
+    "SOFTCAP * tanh(h W^T / SOFTCAP) over the first `vocab_size` rows of the head `weight`, in fp32 (fp64 stays)."
+    logits = F.linear(h, weight[:vocab_size])
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return SOFTCAP * torch.tanh(logits / SOFTCAP)
+
+
+class SoftcapCrossEntropy(torch.autograd.Function):
+    "Loss of softcapped logits with its gradients computed in the forward pass, one chunk of rows at a time."
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int, chunk_rows: int,
+                reduction: str, with_grad: bool) -> Tensor:
+        total = h.new_zeros((), dtype=torch.promote_types(h.dtype, torch.float32))
+        dh = torch.empty_like(h) if with_grad else None
+        dw = torch.zeros_like(weight) if with_grad else None  # padded vocabulary rows get zero gradient
+        w, autocast = weight[:vocab_size], torch.is_autocast_enabled(h.device.type)
+        for start in range(0, h.size(0), chunk_rows):
+            hc, tc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
+            z = softcap_logits(hc, weight, vocab_size)
+            valid = tc != -1
+            safe = torch.where(valid, tc, 0).unsqueeze(1)
+            z_target = z.gather(1, safe).squeeze(1)
+            if with_grad:
+                dsoftcap = torch.addcmul(torch.ones((), dtype=z.dtype), z, z, value=-1 / SOFTCAP ** 2)
+            e = z.exp_()  # |z| <= SOFTCAP: no overflow, no max subtraction needed
+            sums = e.sum(-1)
+            total += ((sums.log() - z_target) * valid).sum()
+            if with_grad:
+                g = e.mul_((valid / sums).unsqueeze(1))  # softmax on kept rows, 0 on ignored ones
+                g.scatter_add_(1, safe, -valid.to(g.dtype).unsqueeze(1))  # minus the one-hot target
+                g.mul_(dsoftcap)
+                dh[start:start + chunk_rows] = g @ w
+                if autocast:  # in the autocast dtype, as the plain backward would; accumulated in fp32
+                    dw[:vocab_size] += g.t() @ hc
+                else:
+                    dw[:vocab_size].addmm_(g.t(), hc)
+        if reduction == "mean":
+            count = (targets != -1).sum()
+            total = total / count
+            if with_grad:
+                dh.div_(count)
+                dw.div_(count)
+        if with_grad:
+            ctx.save_for_backward(dh, dw)
+        return total
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        dh, dw = ctx.saved_tensors
+        return dh * grad, dw * grad, None, None, None, None, None
+
+
+def softcap_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int, reduction: str = "mean",
+                          chunk_rows: int | None = None) -> Tensor:
+    "Cross-entropy of `softcap_logits` against `targets` (-1 = ignored); chunked for 'mean'/'sum' but compiled on GPU."
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"loss_reduction={reduction!r}: allowed are 'mean', 'sum', 'none'")
+    if reduction == "none" or (torch.compiler.is_compiling() and h.device.type != "cpu"):
+        logits = softcap_logits(h, weight, vocab_size)
+        return F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), ignore_index=-1,
+                               reduction=reduction)
+    numel = COMPILED_LOSS_CHUNK_NUMEL if torch.compiler.is_compiling() else LOSS_CHUNK_NUMEL
+    chunk_rows = chunk_rows or max(1, numel // vocab_size)
+    with_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    return SoftcapCrossEntropy.apply(h.reshape(-1, h.size(-1)), weight, targets.reshape(-1), vocab_size, chunk_rows,
+                                     reduction, with_grad)
+
+# %% ../nbs/04_model.ipynb #1aa71ff1
 class GPT(nn.Module):
     "nanochat's GPT with the XSA and depth-routing switches; state_dict keys are nanochat's when routing is standard."
     def __init__(self, config: GPTConfig, pad_vocab_size_to: int = 64):
@@ -333,12 +407,9 @@ class GPT(nn.Module):
         if kv_cache is not None:
             kv_cache.advance(T)
         x = norm(self.router.read(2 * L, x - self.backout_lambda * x_mid))
-        logits = self.lm_head(x)[..., :self.config.vocab_size].float()
-        logits = SOFTCAP * torch.tanh(logits / SOFTCAP)
         if targets is None:
-            return logits
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1,
-                               reduction=loss_reduction)
+            return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
+        return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction)
 
 # %% ../nbs/04_model.ipynb #d8258b70
 def sample_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,

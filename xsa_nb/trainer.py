@@ -231,7 +231,7 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig) -> None:
         raise ValueError(f"{run_dir} holds a run with another configuration (differs in {diff}); "
                          "use a new run_dir or delete the old one")
 
-# %% ../nbs/08_trainer.ipynb #6bdc99d4
+# %% ../nbs/08_trainer.ipynb #02cbbb00
 def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device) -> GPT:
     "The GPT a configuration describes, initialised with its seed, on `device`."
     torch.manual_seed(cfg.seed)
@@ -262,8 +262,8 @@ def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
     return missing
 
 
-def train(cfg: TrainConfig, log=print) -> dict:
-    "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary."
+def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
+    "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (`progress`: a tqdm bar)."
     from xsa_nb.data import PackedLoader, default_data_dir, default_tokenizer
     from xsa_nb.eval import bits_per_byte
     from xsa_nb.muon import apply_schedule
@@ -338,7 +338,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         return value
 
     summary = {"val_bpb": None, "core": None}
-    bar = tqdm(total=steps, initial=start, disable=rank != 0, desc=run_dir.name, unit="step")
+    bar = tqdm(total=steps, initial=start, disable=rank != 0 or not progress, desc=run_dir.name, unit="step")
     train_time, step = 0.0, start
     while True:
         last = step == steps

@@ -14,7 +14,7 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'diagonal_attention_mass']
 
-# %% ../nbs/01_xsa.ipynb #173a393d
+# %% ../nbs/01_xsa.ipynb #96c603f1
 def _check_heads(y: Tensor, v: Tensor) -> tuple[int, int]:
     "Validate `(B, T, H, D)` outputs against `(B, T, H_kv, D)` values; return `(H_kv, H // H_kv)`."
     if y.ndim != 4 or v.ndim != 4:
@@ -34,6 +34,37 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+class _OwnValueProjection(torch.autograd.Function):
+    "z = y - alpha c v, c = y·v / max(v·v, 1e-24), for y (N, G, D), v (N, 1, D); the backward derived above."
+
+    @staticmethod
+    def forward(ctx, y: Tensor, v: Tensor, alpha: float | Tensor) -> Tensor:
+        with torch.autocast(y.device.type, enabled=False):
+            vv = torch.linalg.vector_norm(v, dim=-1, keepdim=True).square()     # (N, 1, 1)
+            n = vv.clamp_min(1e-24)
+            c = torch.bmm(y, v.transpose(1, 2)) / n                              # (N, G, 1)
+            tensor_alpha = isinstance(alpha, Tensor)
+            ctx.save_for_backward(y, v, c, n, vv >= 1e-24, alpha if tensor_alpha else None)
+            ctx.alpha = None if tensor_alpha else alpha
+            return torch.addcmul(y, alpha * c, v, value=-1.0)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        y, v, c, n, unclamped, alpha_t = ctx.saved_tensors
+        alpha = ctx.alpha if alpha_t is None else alpha_t
+        gv = torch.bmm(g, v.transpose(1, 2))                                     # g·v: (N, G, 1)
+        e = gv / n
+        grad_y = torch.addcmul(g, alpha * e, v, value=-1.0) if ctx.needs_input_grad[0] else None
+        grad_v = None
+        if ctx.needs_input_grad[1]:
+            grad_v = torch.addcmul(y * (-alpha * e), g, -alpha * c)              # (N, G, D)
+            if grad_v.shape[1] > 1:
+                grad_v = grad_v.sum(1, keepdim=True)                             # GQA: the group shares v
+            grad_v.addcmul_(v, (2 * alpha * c * e * unclamped).sum(1, keepdim=True))
+        grad_alpha = -c * gv if ctx.needs_input_grad[2] else None
+        return grad_y, grad_v, grad_alpha
+
+
 def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
     "Exclusive self attention: `y - alpha (y·v̂) v̂` per query head, `y` (B,T,H,D), own values `v` (B,T,H_kv,D)."
     h_kv, group = _check_heads(y, v)
@@ -42,7 +73,7 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
         if alpha.ndim > 3 or any(a not in (1, n) for a, n in zip(alpha.shape[::-1], (h, t, b))):
             raise ValueError(f"tensor alpha of shape {tuple(alpha.shape)} must broadcast to (B, T, H)="
                              f"{(b, t, h)}, e.g. shape ({h},)")
-        alpha = alpha.expand(b, t, h).unflatten(-1, (h_kv, group)).unsqueeze(-1)
+        alpha = alpha.expand(b, t, h).reshape(b * t * h_kv, group, 1)
     elif isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha={alpha} must lie in [0, 1] (0 = standard attention, 1 = full XSA)")
@@ -51,10 +82,9 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
     else:
         raise TypeError(f"alpha must be a float in [0, 1] or a tensor, got {type(alpha).__name__}")
     ct = _compute_dtype(y.dtype)
-    yg = y.to(ct).unflatten(2, (h_kv, group))                   # (B, T, H_kv, G, D): a view, no copy
-    vg = v.to(ct).unsqueeze(3)                                   # (B, T, H_kv, 1, D): broadcast over the group
-    along = torch.linalg.vecdot(yg, vg) / torch.linalg.vecdot(vg, vg).clamp_min(1e-24)  # y·v/‖v‖²: (B, T, H_kv, G)
-    return torch.addcmul(yg, alpha * along.unsqueeze(-1), vg, value=-1.0).flatten(2, 3).to(y.dtype)
+    yg = y.to(ct).reshape(b * t * h_kv, group, d)              # (N, G, D): a view when y is contiguous
+    vg = v.to(ct).reshape(b * t * h_kv, 1, d)                  # (N, 1, D): broadcast over the group, not copied
+    return _OwnValueProjection.apply(yg, vg, alpha).view(b, t, h, d).to(y.dtype)
 
 # %% ../nbs/01_xsa.ipynb #c1713d43
 def own_value_cosine(y: Tensor, v: Tensor) -> Tensor:
