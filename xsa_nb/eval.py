@@ -708,13 +708,15 @@ def routing_diagnostics(model, idx: Tensor, block_size: int | None = None) -> di
                          "effective_rank": effective_rank(s)}
     return {"points": points, "max_weight_by_layer": [by_layer[k] for k in sorted(by_layer)], "sources": sources}
 
-# %% ../nbs/07_eval.ipynb #40165b58
+# %% ../nbs/07_eval.ipynb #7834c324
 def plot_layer_curves(curves: dict[str, list[float]], ylabel: str, title: str, ax=None):
     "One line per entry of `curves` (values per layer) on `ax` (a new figure if None); returns the axes."
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     ax = ax or plt.subplots(figsize=(5, 3.2))[1]
     for label, ys in curves.items():
         ax.plot(range(len(ys)), ys, marker="o", ms=3, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="layer (index from the input)", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -732,5 +734,6 @@ def plot_routing_heatmap(points: list[dict], title: str, ax=None):
     im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     ax.figure.colorbar(im, ax=ax, label="mean routing weight (fraction)")
     ax.set_yticks(range(len(points)), [f"{p['layer']}.{p['site']}" for p in points], fontsize=7)
+    ax.set_xticks(range(width))
     ax.set(xlabel="source index (0 = embedding)", ylabel="routing point (layer.site)", title=title)
     return ax
