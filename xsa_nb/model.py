@@ -440,10 +440,11 @@ def generate(self: GPT, tokens: list[int], max_tokens: int, temperature: float =
         ids = sample_next(self(ids, kv_cache=cache)[:, -1], temperature, top_k, rng)
         yield ids.item()
 
-# %% ../nbs/04_model.ipynb #fffb5a12
+# %% ../nbs/04_model.ipynb #11582c18
 @patch
 def setup_optimizer(self: GPT, unembedding_lr: float = 0.004, embedding_lr: float = 0.2, matrix_lr: float = 0.02,
-                    weight_decay: float = 0.0, scalar_lr: float = 0.5) -> MuonAdamW:
+                    weight_decay: float = 0.0, scalar_lr: float = 0.5,
+                    ns_dtype: torch.dtype | None = None) -> MuonAdamW:
     "nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768))."
     d = self.config.n_embd
     scale = (d / 768) ** -0.5
@@ -466,7 +467,7 @@ def setup_optimizer(self: GPT, unembedding_lr: float = 0.004, embedding_lr: floa
         groups.append(adamw(self.router.parameters(), 0.5 / d, (0.8, 0.95), 0.0))
     for shape in sorted({p.shape for p in matrices}):
         groups.append(dict(kind="muon", params=[p for p in matrices if p.shape == shape], lr=matrix_lr,
-                           momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay))
+                           momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay, ns_dtype=ns_dtype))
     check_param_groups(self, groups)
     return MuonAdamW(groups)
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
 # %% auto #0
-__all__ = ['QUINTIC_COEFFICIENTS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'polar_factor_reference', 'quintic_schedule',
+__all__ = ['QUINTIC_COEFFICIENTS', 'MUON_DEFAULTS', 'NS_DTYPES', 'ADAMW_DEFAULTS', 'polar_factor_reference', 'quintic_schedule',
            'spectral_map', 'singular_value_band', 'orthogonalize', 'muon_direction', 'MuonAdamW', 'Muon',
            'check_param_groups', 'lr_multiplier', 'muon_momentum', 'weight_decay_multiplier', 'apply_schedule']
 
@@ -78,9 +78,11 @@ def orthogonalize(G: Tensor, steps: int = 5, coefficients: str = "polar_express"
     X = X if G.ndim == 3 else X[0]
     return X.mT if tall else X
 
-# %% ../nbs/02_muon.ipynb #4f58e675
+# %% ../nbs/02_muon.ipynb #db2796db
 MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, cautious=True, ns_steps=5,
-                     coefficients="polar_express", normuon=True, beta2=0.9, equilibrate=True, renormalize=True)
+                     coefficients="polar_express", normuon=True, beta2=0.9, equilibrate=True, renormalize=True,
+                     ns_dtype=None)
+NS_DTYPES = (None, torch.bfloat16, torch.float32, torch.float64)  # None: bf16 on a GPU, the momentum's dtype elsewhere
 ADAMW_DEFAULTS = dict(lr=1e-3, betas=(0.8, 0.95), eps=1e-10, weight_decay=0.0, fused=True)
 
 
@@ -106,6 +108,8 @@ def _checked_group(group: dict) -> dict:
         _check_unit_interval("momentum", group["momentum"])
         _check_unit_interval("beta2", group["beta2"])
         quintic_schedule(group["ns_steps"], group["coefficients"])
+        if group["ns_dtype"] not in NS_DTYPES:
+            raise ValueError(f"ns_dtype={group['ns_dtype']!r}: allowed are {NS_DTYPES}")
         for p in params:
             if p.ndim != 2:
                 raise ValueError(f"Muon needs 2-D matrix parameters, got one of shape {tuple(p.shape)}: "
@@ -126,13 +130,13 @@ def _world() -> tuple[int, int]:
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
-# %% ../nbs/02_muon.ipynb #7c6d0f2a
+# %% ../nbs/02_muon.ipynb #623969cb
 def muon_direction(D: Tensor, group: dict) -> Tensor:
     "Steps 2–4 of the Muon step on a stack `(K, m, n)` of momentum directions: equilibrate, orthogonalise, renormalise."
     if group["equilibrate"]:
         target = D.norm(dim=(-2, -1), keepdim=True) / D.size(-2) ** 0.5
         D = D * (target / D.norm(dim=-1, keepdim=True).clamp_min(1e-6))
-    compute_dtype = torch.bfloat16 if D.is_cuda else D.dtype
+    compute_dtype = group["ns_dtype"] or (torch.bfloat16 if D.is_cuda else D.dtype)
     O = orthogonalize(D.to(compute_dtype), group["ns_steps"], group["coefficients"]).to(D.dtype)
     if group["renormalize"]:
         O = O * (min(D.shape[-2:]) ** 0.5 / O.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-6))
@@ -153,7 +157,7 @@ def _sharded_muon_direction(D: Tensor, group: dict, rank: int, world: int) -> Te
     dist.all_gather(parts, out)
     return torch.cat(parts)[:K]
 
-# %% ../nbs/02_muon.ipynb #a1a92f70
+# %% ../nbs/02_muon.ipynb #d20505d8
 class MuonAdamW(torch.optim.Optimizer):
     "One optimizer over hybrid groups: `kind='muon'` groups (2-D matrices) and `kind='adamw'` groups (the rest)."
     def __init__(self, param_groups: list[dict]):
@@ -162,6 +166,13 @@ class MuonAdamW(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         "Fill in the defaults of the group's kind, validate, and add it."
         super().add_param_group(_checked_group(param_group))
+
+    def __setstate__(self, state: dict) -> None:
+        "Restore (`load_state_dict`); a group saved before one of its keys existed gets that key's default."
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in (MUON_DEFAULTS if group["kind"] == "muon" else ADAMW_DEFAULTS).items():
+                group.setdefault(key, value)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -212,33 +223,36 @@ class MuonAdamW(torch.optim.Optimizer):
             if p.grad is not None:
                 by_shape[p.shape].append(p)
         for (m, n), params in by_shape.items():
-            O = _sharded_muon_direction(torch.stack([self._nesterov(p, group) for p in params]), group, rank, world)
-            lr = group["lr"] * max(1.0, m / n) ** 0.5
-            for p, o in zip(params, O):
-                if group["normuon"]:
-                    o = self._normuon(p, o, group["beta2"])
-                decay = p * (o * p >= 0) if group["cautious"] else p
-                p.sub_(lr * (o + group["weight_decay"] * decay))
+            O = _sharded_muon_direction(self._nesterov(params, group), group, rank, world)
+            if group["normuon"]:
+                O = self._normuon(params, O, group["beta2"])
+            if group["weight_decay"]:
+                P = torch.stack(params)
+                O = O + group["weight_decay"] * (P * (O * P >= 0) if group["cautious"] else P)
+            torch._foreach_add_(params, O.unbind(0), alpha=-group["lr"] * max(1.0, m / n) ** 0.5)
 
-    def _nesterov(self, p: Tensor, group: dict) -> Tensor:
-        "Update the momentum buffer of `p`; return the (Nesterov) direction."
-        state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(p)
-        buf, beta = state["momentum_buffer"], group["momentum"]
-        buf.lerp_(p.grad, 1 - beta)
-        return p.grad.lerp(buf, beta) if group["nesterov"] else buf.clone()
+    def _nesterov(self, params: list[Tensor], group: dict) -> Tensor:
+        "Update the momentum buffers of same-shape `params`; return their (Nesterov) directions as a stack."
+        for p in params:
+            if "momentum_buffer" not in self.state[p]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+        beta = group["momentum"]
+        torch._foreach_lerp_([self.state[p]["momentum_buffer"] for p in params], [p.grad for p in params], 1 - beta)
+        M = torch.stack([self.state[p]["momentum_buffer"] for p in params])
+        return torch.stack([p.grad for p in params]).lerp_(M, beta) if group["nesterov"] else M
 
-    def _normuon(self, p: Tensor, o: Tensor, beta2: float) -> Tensor:
-        "NorMuon: divide rows (tall/square) or columns (wide) by their RMS EMA, keep `‖o‖_F`."
-        dim = -1 if o.size(-2) >= o.size(-1) else -2
-        mean_sq = o.square().mean(dim=dim, keepdim=True)
-        state = self.state[p]
-        if "second_moment" not in state:
-            state["second_moment"] = torch.zeros_like(mean_sq)
-        state["second_moment"].lerp_(mean_sq, 1 - beta2)
-        scaled = o * state["second_moment"].clamp_min(1e-10).rsqrt()
-        return scaled * (o.norm() / scaled.norm().clamp_min(1e-10))
+    def _normuon(self, params: list[Tensor], O: Tensor, beta2: float) -> Tensor:
+        "NorMuon on a stack: divide rows (tall/square) or columns (wide) by their RMS EMA, keep each `‖o‖_F`."
+        dim = -1 if O.size(-2) >= O.size(-1) else -2
+        mean_sq = O.square().mean(dim=dim, keepdim=True)
+        for p, ms in zip(params, mean_sq):
+            if "second_moment" not in self.state[p]:
+                self.state[p]["second_moment"] = torch.zeros_like(ms)
+        moments = [self.state[p]["second_moment"] for p in params]
+        torch._foreach_lerp_(moments, list(mean_sq.unbind(0)), 1 - beta2)
+        scaled = O * torch.stack(moments).clamp_min(1e-10).rsqrt()
+        norms = lambda X: X.norm(dim=(-2, -1), keepdim=True)
+        return scaled * (norms(O) / norms(scaled).clamp_min(1e-10))
 
 
 class Muon(MuonAdamW):
@@ -246,11 +260,11 @@ class Muon(MuonAdamW):
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, cautious: bool = True, ns_steps: int = 5, normuon: bool = True,
                  beta2: float = 0.9, equilibrate: bool = True, renormalize: bool = True,
-                 coefficients: str = "polar_express"):
+                 coefficients: str = "polar_express", ns_dtype: torch.dtype | None = None):
         super().__init__([dict(kind="muon", params=params, lr=lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, cautious=cautious, ns_steps=ns_steps, normuon=normuon,
                                beta2=beta2, equilibrate=equilibrate, renormalize=renormalize,
-                               coefficients=coefficients)])
+                               coefficients=coefficients, ns_dtype=ns_dtype)])
 
 # %% ../nbs/02_muon.ipynb #bfa128de
 def check_param_groups(model: nn.Module, groups: list[dict]) -> None:

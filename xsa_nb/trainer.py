@@ -28,9 +28,9 @@ from .routing import RESIDUAL_PRESETS
 # %% auto #0
 __all__ = ['CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'TrainConfig', 'validate', 'rng_state', 'set_rng_state', 'save_checkpoint',
            'load_checkpoint', 'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype', 'matmul_flops',
-           'horizon', 'build_model', 'load_weights_from', 'train', 'read_metrics', 'load_run']
+           'horizon', 'build_model', 'build_optimizer', 'load_weights_from', 'train', 'read_metrics', 'load_run']
 
-# %% ../nbs/08_trainer.ipynb #2b14ed6d
+# %% ../nbs/08_trainer.ipynb #cab15f50
 @dataclass
 class TrainConfig:
     "Every knob of one training run (defaults: the CPU preset on the embedded corpus)."
@@ -60,6 +60,7 @@ class TrainConfig:
     run_dir: str = "runs/default"
     device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
     dtype: str = "auto"              # "auto" (bf16 autocast on CUDA, fp32 on CPU), "float32", "bfloat16"
+    muon_dtype: str = "auto"         # Muon's Newton–Schulz dtype: "auto" (the compute dtype), "float32", "bfloat16"
     compile: bool = False
     eval_every: int = 100            # val bpb every N steps (and at the end); -1: only at the end
     eval_tokens: int = 32768
@@ -71,7 +72,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-# %% ../nbs/08_trainer.ipynb #04c819cb
+# %% ../nbs/08_trainer.ipynb #7ae2e47d
 def validate(cfg: TrainConfig) -> TrainConfig:
     "Check a configuration before any work; raise ValueError naming the bad value and what is allowed."
     def need(ok: bool, msg: str) -> None:
@@ -89,7 +90,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(cfg.lr_scale > 0, f"lr_scale must be > 0, got {cfg.lr_scale!r}")
     need(0.0 <= cfg.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {cfg.warmdown_ratio!r}")
     need(0.0 <= cfg.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {cfg.final_lr_frac!r}")
-    need(cfg.dtype in ("auto", "float32", "bfloat16"), f"dtype must be auto, float32 or bfloat16, got {cfg.dtype!r}")
+    for name in ("dtype", "muon_dtype"):
+        need(getattr(cfg, name) in ("auto", "float32", "bfloat16"),
+             f"{name} must be auto, float32 or bfloat16, got {getattr(cfg, name)!r}")
     need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
          f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
     if cfg.data_dir:
@@ -206,7 +209,7 @@ def matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: in
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
 
-# %% ../nbs/08_trainer.ipynb #bc6a599b
+# %% ../nbs/08_trainer.ipynb #91cdf777
 def horizon(cfg: TrainConfig, model: GPT, tokens_per_step: int) -> int:
     "Number of optimizer steps: `cfg.steps`, or from the tokens : scaling-parameters ratio."
     if cfg.steps > 0:
@@ -224,14 +227,14 @@ def _metrics_resume(path: Path, start_step: int) -> None:
 
 def _check_same_config(run_dir: Path, cfg: TrainConfig) -> None:
     "Refuse to resume a run directory written with another configuration."
-    saved = json.loads((run_dir / "config.json").read_text())
+    saved = {**TrainConfig().to_dict(), **json.loads((run_dir / "config.json").read_text())}  # newer keys: defaults
     diff = sorted(k for k in set(saved) | set(cfg.to_dict())
                   if k not in ("run_dir", "nan_at_step") and saved.get(k) != cfg.to_dict().get(k))
     if diff:
         raise ValueError(f"{run_dir} holds a run with another configuration (differs in {diff}); "
                          "use a new run_dir or delete the old one")
 
-# %% ../nbs/08_trainer.ipynb #02cbbb00
+# %% ../nbs/08_trainer.ipynb #feca8cb3
 def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device) -> GPT:
     "The GPT a configuration describes, initialised with its seed, on `device`."
     torch.manual_seed(cfg.seed)
@@ -244,6 +247,17 @@ def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device) -> GPT:
     model.to_empty(device=device)
     model.init_weights()
     return model
+
+
+def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype) -> torch.optim.Optimizer:
+    "nanochat's `MuonAdamW` for `model`, with the run's learning-rate scale, Muon weight decay and Newton–Schulz dtype."
+    ns_dtype = dtype if cfg.muon_dtype == "auto" else getattr(torch, cfg.muon_dtype)
+    optimizer = model.setup_optimizer(ns_dtype=ns_dtype)
+    for group in optimizer.param_groups:
+        group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
+        if group["kind"] == "muon":
+            group["initial_weight_decay"] = group["weight_decay"] = cfg.weight_decay
+    return optimizer
 
 
 NEW_SWITCH_PARAMS = ("router.", "attn_sink", "xsa_gate")  # may be absent from a checkpoint a run starts from
@@ -287,11 +301,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
     if cfg.init_from and not (run_dir / "checkpoint").exists():  # a resumed run has its own weights
         fresh = load_weights_from(model, Path(cfg.init_from))
         log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
-    optimizer = model.setup_optimizer()
-    for group in optimizer.param_groups:
-        group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
-        if group["kind"] == "muon":
-            group["initial_weight_decay"] = group["weight_decay"] = cfg.weight_decay
+    optimizer = build_optimizer(cfg, model, dtype)
     tokens_per_pass = cfg.device_batch_size * cfg.seq_len * world
     total_batch = cfg.total_batch_size if cfg.total_batch_size > 0 else tokens_per_pass
     if total_batch % tokens_per_pass:
