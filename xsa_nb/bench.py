@@ -161,7 +161,7 @@ def train_step(t: Trainee, x: Tensor, y: Tensor, autocast=None) -> tuple[float, 
     end = time.perf_counter()
     return end - start, end - backward_done
 
-# %% ../nbs/13_bench.ipynb #9526407b
+# %% ../nbs/13_bench.ipynb #f4094d75
 def time_variants(shape: Shape, variants: list[str], device: torch.device | str = "cpu", compile: bool = False,
                   rounds: int = 3, warmup: int = 1, ceiling_gflops: float | None = None,
                   autocast_dtype: torch.dtype | None = None, compile_budget_s: float = float("inf"),
@@ -170,6 +170,12 @@ def time_variants(shape: Shape, variants: list[str], device: torch.device | str 
     device = torch.device(device)
     if "baseline" not in variants:
         raise ValueError(f"variants={variants!r}: must include 'baseline' (ratios are to it)")
+    if compile:
+        limit = torch._dynamo.config.recompile_limit
+        if len(variants) > limit:
+            raise ValueError(f"{len(variants)} compiled variants: Dynamo's recompile_limit={limit} would run the "
+                             "rest eagerly; time at most that many per call")
+        torch._dynamo.reset()
     autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=gen).to(device)
@@ -402,7 +408,7 @@ def write_results(result: dict, out_dir: Path | str, stem: str) -> Path:
     md.write_text(results_markdown(result))
     return md
 
-# %% ../nbs/13_bench.ipynb #2be9fbf0
+# %% ../nbs/13_bench.ipynb #59814d8e
 def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               shapes: tuple[Shape, ...] = (CPU_PRESET, NANOCHAT_D4),
               eager_variants: dict[str, list[str]] | None = None,
@@ -410,10 +416,9 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               muon_shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, muon_batch: int = 2,
               compile_budget_s: float = 240.0, focus_rounds: int = 9, log=print) -> dict:
     "Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`."
-    focus = ["baseline", "xsa", "delta_block"]
-    eager_variants = eager_variants or {CPU_PRESET.name: list(VARIANTS), NANOCHAT_D4.name: focus}
-    compiled_variants = {name: focus + ["muon_bf16"] for name in (CPU_PRESET.name, NANOCHAT_D4.name)} \
-        if compiled_variants is None else compiled_variants
+    every = {shape.name: list(VARIANTS) for shape in shapes}
+    eager_variants = every if eager_variants is None else eager_variants
+    compiled_variants = every if compiled_variants is None else compiled_variants
     device = torch.device("cpu")
     result = dict(title="CPU benchmark", machine=machine_info(device), mfu_ceiling="fp32")
     result["ceilings_gflops"] = ceilings(device)
