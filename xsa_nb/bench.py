@@ -126,7 +126,7 @@ def delta_bound_bytes(shape: Shape, n_embd: int, sources: int, itemsize: int = 4
     "The O(L d) bound: `sources` tensors of `n_embd` numbers per token, for every token of a step."
     return sources * n_embd * shape.tokens * itemsize
 
-# %% ../nbs/13_bench.ipynb #2d723cee
+# %% ../nbs/13_bench.ipynb #06549193
 @dataclass
 class Trainee:
     "A model being timed: the module, its optimizer, and the callable that runs its forward (compiled or not)."
@@ -139,9 +139,8 @@ class Trainee:
 def make_trainee(shape: Shape, variant: str, device: torch.device | str = "cpu", compile: bool = False,
                  dtype: torch.dtype = torch.float32) -> Trainee:
     "Build `variant` at `shape` with the trainer's optimizer for compute dtype `dtype`; compile its forward if asked."
-    cfg = bench_config(shape, variant)
-    model = build_model(cfg, shape.vocab, torch.device(device))
-    return Trainee(variant, model, build_optimizer(cfg, model, dtype),
+    model = bench_model(shape, variant, device)
+    return Trainee(variant, model, build_optimizer(bench_config(shape, variant), model, dtype),
                    torch.compile(model, dynamic=False) if compile else model)
 
 
