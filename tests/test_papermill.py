@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 
-SMALL = ["-p", "seq_len", "64", "-p", "device_batch_size", "4", "-p", "eval_every", "10", "-p", "eval_tokens", "1024",
+SMALL = ["-p", "seq_len", "64", "-p", "device_batch_size", "4", "-p", "total_batch_size", "256", "-p", "eval_every", "10", "-p", "eval_tokens", "1024",
          "-p", "warmup_steps", "2", "-p", "save_every", "10"]
 
 

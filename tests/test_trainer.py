@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 
-TINY = dict(depth=2, seq_len=64, device_batch_size=4, eval_every=-1, eval_tokens=256, warmup_steps=2, steps=8,
+TINY = dict(depth=2, seq_len=64, device_batch_size=4, total_batch_size=256, eval_every=-1, eval_tokens=256, warmup_steps=2, steps=8,
             save_every=1)
 
 

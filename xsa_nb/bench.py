@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .model import GPT
 from .muon import orthogonalize
-from .trainer import TrainConfig, _sync, build_model, build_optimizer, matmul_flops
+from .trainer import TrainConfig, synchronize, build_model, build_optimizer, matmul_flops
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info', 'ceilings', 'Shape',
@@ -84,8 +84,8 @@ def bench_config(shape: Shape, variant: str) -> TrainConfig:
     "The training configuration of `variant` at `shape`."
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}: allowed are {list(VARIANTS)}")
-    return TrainConfig(depth=shape.depth, seq_len=shape.seq_len, device_batch_size=shape.batch, window_pattern="L",
-                       **VARIANTS[variant])
+    return TrainConfig(depth=shape.depth, seq_len=shape.seq_len, device_batch_size=shape.batch,
+                       total_batch_size=shape.tokens, window_pattern="L", **VARIANTS[variant])
 
 
 def bench_model(shape: Shape, variant: str, device: torch.device | str = "cpu") -> GPT:
@@ -97,7 +97,7 @@ def activation_bytes(model: Callable, x: Tensor, y: Tensor, autocast=None) -> in
     "Bytes the forward pass keeps for backward (CPU: distinct saved storages; CUDA: allocator peak over the start)."
     autocast = autocast or nullcontext()
     if x.device.type == "cuda":
-        _sync(x.device)
+        synchronize(x.device)
         torch.cuda.reset_peak_memory_stats(x.device)
         start = torch.cuda.memory_allocated(x.device)
         with autocast:
@@ -147,16 +147,16 @@ def make_trainee(shape: Shape, variant: str, device: torch.device | str = "cpu",
 def train_step(t: Trainee, x: Tensor, y: Tensor, autocast=None) -> tuple[float, float]:
     "One forward + backward + optimizer step; returns (step seconds, optimizer seconds)."
     autocast = autocast or nullcontext()
-    _sync(x.device)
+    synchronize(x.device)
     start = time.perf_counter()
     with autocast:
         loss = t.forward(x, y)
     loss.backward()
-    _sync(x.device)
+    synchronize(x.device)
     backward_done = time.perf_counter()
     t.optimizer.step()
     t.model.zero_grad(set_to_none=True)
-    _sync(x.device)
+    synchronize(x.device)
     end = time.perf_counter()
     return end - start, end - backward_done
 
@@ -270,10 +270,10 @@ def muon_timing(shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, batch: int
             fn()
             times = []
             for _ in range(repeats):
-                _sync(device)
+                synchronize(device)
                 start = time.perf_counter()
                 fn()
-                _sync(device)
+                synchronize(device)
                 times.append(time.perf_counter() - start)
             row[f"{name}_s_per_matrix"] = statistics.median(times) / k
         row["svd_over_ns5"] = row["svd_s_per_matrix"] / row["ns5_s_per_matrix"]

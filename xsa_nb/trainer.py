@@ -6,37 +6,56 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
+import platform
 import random
 import shutil
+import subprocess
+import sys
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+import xsa_nb
+from .data import PackedLoader, default_data_dir, default_tokenizer
 from .docs import atomic_write_text
+from .eval import bits_per_byte, core_score
 from .model import GPT, GPTConfig
+from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
+from .tokenizer import Tokenizer, token_bytes
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'TrainConfig', 'validate', 'rng_state', 'set_rng_state', 'save_checkpoint',
-           'load_checkpoint', 'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype', 'matmul_flops',
-           'horizon', 'build_model', 'build_optimizer', 'load_weights_from', 'train', 'read_metrics', 'load_run']
+__all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'UNHASHED_KEYS',
+           'NEW_SWITCH_PARAMS', 'TrainConfig', 'xsa_layer_spec', 'model_config', 'scaling_params', 'validate',
+           'resolve_recipe', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state', 'save_checkpoint',
+           'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance', 'config_hash',
+           'config_differences', 'check_same_run', 'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype',
+           'synchronize', 'matmul_flops', 'run_tokenizer', 'build_model', 'build_optimizer', 'load_weights_from',
+           'recipe_table', 'progress_line', 'train', 'read_metrics', 'read_config', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 @dataclass
 class TrainConfig:
-    "Every knob of one training run (defaults: the CPU preset on the embedded corpus)."
-    depth: int = 4                   # transformer layers; width follows nanochat's rule
+    "Every knob of one training run; the recipe's defaults are nanochat's base_train (see `resolve_recipe`)."
+    depth: int = 4                   # transformer layers
+    aspect_ratio: int = 64           # width = depth × aspect_ratio rounded up to a multiple of head_dim (nanochat)
+    head_dim: int = 128              # target head size (nanochat)
+    n_embd: int = -1                 # explicit width; -1: from depth, aspect_ratio and head_dim
+    n_head: int = -1                 # explicit number of heads (= kv heads); -1: width / head_dim
     xsa_alpha: float = 0.0           # XSA strength in [0, 1]; 0 is standard attention
-    xsa_layers: str = "all"          # "all", "last:N" or comma-separated layer indices
+    xsa_layers: str = "all"          # "all" or "last:N"
     residual: str = "standard"       # depth routing preset
     block_size: int = 2              # sublayers per block for the *_block presets
     residual_convert: bool = False   # routed term behind a zero-initialised gate (to convert a trained model)
@@ -45,16 +64,20 @@ class TrainConfig:
     window_pattern: str = "L"        # nanochat's sliding-window pattern ("SSSL" on GPU)
     seq_len: int = 256               # tokens per row
     device_batch_size: int = 8       # rows per forward pass per rank
-    total_batch_size: int = -1       # tokens per optimizer step; -1: one forward pass per rank
-    steps: int = -1                  # optimizer steps; -1: from param_data_ratio
-    param_data_ratio: float = 12.0   # training tokens per scaling parameter when steps == -1
-    lr_scale: float = 1.0            # multiplies every learning rate
+    total_batch_size: int = -1       # tokens per optimizer step; -1: nanochat's rule (2^19 at d12, ∝ horizon^0.383)
+    steps: int = -1                  # optimizer steps; -1: target_param_data_ratio × scaling parameters ÷ batch
+    target_param_data_ratio: float = 12.0  # training tokens per scaling parameter (block matrices + lm_head)
+    matrix_lr: float = 0.02          # Muon; every rate is given at nanochat's reference batch 2^19, × √(B / 2^19)
+    embedding_lr: float = 0.3        # AdamW: token embedding (value embeddings at half)
+    unembedding_lr: float = 0.008    # AdamW: lm_head
+    scalar_lr: float = 0.5           # AdamW: per-layer scalars, and the switches' gates and routing queries
+    weight_decay: float = 0.28       # Muon's cautious decay at the d12 reference; × √(B / 2^19) · D_ref / D
+    lr_scale: float = 1.0            # multiplies every learning rate (learning-rate sweeps)
     warmup_steps: int = 40
     warmdown_ratio: float = 0.65
     final_lr_frac: float = 0.05
-    weight_decay: float = 0.28       # Muon's (cautious) weight decay, decayed to 0 by a cosine
     grad_clip: float = 0.0           # clip the global gradient norm to this (0: off, as nanochat)
-    seed: int = 0
+    seed: int = 0                    # initialisation and the order of the training data
     data_dir: str = ""               # directory of parquet shards; "" is the embedded corpus
     tokenizer_path: str = ""         # tokenizer file; "" is the one trained for the embedded corpus
     run_dir: str = "runs/default"
@@ -72,22 +95,70 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+# %% ../nbs/08_trainer.ipynb #a0800002
+B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
+REF_DEPTH = 12           # nanochat's reference model for the batch-size and weight-decay rules
+BATCH_EXPONENT = 0.383   # optimal batch ∝ horizon^0.383 (the Power Lines fit nanochat follows)
+
+
+def xsa_layer_spec(spec: str) -> str | list[int]:
+    "`xsa_layers` as `GPTConfig` takes it: 'all', 'last:N', or comma-separated layer indices as a list."
+    if spec == "all" or spec.startswith("last:"):
+        return spec
+    try:
+        return [int(i) for i in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"xsa_layers={spec!r}: allowed are 'all', 'last:N' or comma-separated layer indices") from None
+
+
+def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) -> GPTConfig:
+    "The `GPTConfig` of `cfg`; at another `depth`, nanochat's shape rule alone (no explicit width or heads)."
+    shape = dict(aspect_ratio=cfg.aspect_ratio, head_dim=cfg.head_dim)
+    if depth is None:
+        depth = cfg.depth
+        if cfg.n_embd > 0:
+            shape["n_embd"] = cfg.n_embd
+        if cfg.n_embd > 0 or cfg.n_head > 0:
+            n_head = cfg.n_head if cfg.n_head > 0 else cfg.n_embd // cfg.head_dim
+            shape.update(n_head=n_head, n_kv_head=n_head)
+    switches = dict(window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
+                    xsa_layers=xsa_layer_spec(cfg.xsa_layers), residual=cfg.residual, block_size=cfg.block_size,
+                    residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink)
+    return GPTConfig.from_depth(depth, sequence_len=cfg.seq_len, vocab_size=vocab_size, **shape, **switches)
+
+
+def _meta_model(gcfg: GPTConfig) -> GPT:
+    with torch.device("meta"):
+        return GPT(gcfg)
+
+
+def scaling_params(model: GPT) -> int:
+    "nanochat's scaling parameters: the block matrices and the head (the count its horizon rule uses)."
+    counts = model.num_params_by_group()
+    return counts["transformer_matrices"] + counts["lm_head"]
+
 # %% ../nbs/08_trainer.ipynb #7ae2e47d
 def validate(cfg: TrainConfig) -> TrainConfig:
     "Check a configuration before any work; raise ValueError naming the bad value and what is allowed."
     def need(ok: bool, msg: str) -> None:
         if not ok:
             raise ValueError(msg)
-    need(isinstance(cfg.depth, int) and cfg.depth >= 1, f"depth must be an integer >= 1, got {cfg.depth!r}")
+    for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size"):
+        value = getattr(cfg, name)
+        need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+             f"{name} must be an integer >= 1, got {value!r}")
+    for name in ("n_embd", "n_head", "total_batch_size", "steps"):
+        value = getattr(cfg, name)
+        need(isinstance(value, int) and not isinstance(value, bool) and (value == -1 or value >= 1),
+             f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
     need(0.0 <= float(cfg.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {cfg.xsa_alpha!r}")
     need(cfg.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {cfg.residual!r}")
-    for name in ("block_size", "seq_len", "device_batch_size"):
-        need(isinstance(getattr(cfg, name), int) and getattr(cfg, name) >= 1,
-             f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
-    need(cfg.steps == -1 or cfg.steps >= 1, f"steps must be >= 1 or -1 (use param_data_ratio), got {cfg.steps!r}")
-    need(cfg.steps != -1 or cfg.param_data_ratio > 0,
-         f"param_data_ratio must be > 0 when steps is -1, got {cfg.param_data_ratio!r}")
-    need(cfg.lr_scale > 0, f"lr_scale must be > 0, got {cfg.lr_scale!r}")
+    need(cfg.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {cfg.target_param_data_ratio!r}")
+    for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
+        need(getattr(cfg, name) > 0, f"{name} must be > 0, got {getattr(cfg, name)!r}")
+    need(cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay!r}")
+    need(isinstance(cfg.warmup_steps, int) and cfg.warmup_steps >= 0,
+         f"warmup_steps must be an integer >= 0, got {cfg.warmup_steps!r}")
     need(0.0 <= cfg.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {cfg.warmdown_ratio!r}")
     need(0.0 <= cfg.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {cfg.final_lr_frac!r}")
     for name in ("dtype", "muon_dtype"):
@@ -105,41 +176,112 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if cfg.core_every > 0:
         need(bool(cfg.core_bundle) and Path(cfg.core_bundle).is_dir(),
              f"core_every > 0 needs core_bundle to be an eval bundle directory, got {cfg.core_bundle!r}")
+    model_config(cfg, 64)  # the shape (n_embd, n_head, head_dim) and xsa_layers must fit the depth
     return cfg
 
+# %% ../nbs/08_trainer.ipynb #a0800004
+def resolve_recipe(cfg: TrainConfig, vocab_size: int | None = None, world_size: int = 1) -> dict:
+    "Every number nanochat's base_train derives for `cfg`: horizon, batch, learning rates, weight decay, shape."
+    vocab_size = vocab_size or run_tokenizer(cfg).vocab_size
+    model = _meta_model(model_config(cfg, vocab_size))
+    counts, n_scaling = model.num_params_by_group(), scaling_params(model)
+    target_tokens = int(cfg.target_param_data_ratio * n_scaling)
+    d_ref = cfg.target_param_data_ratio * scaling_params(_meta_model(model_config(cfg, vocab_size, REF_DEPTH)))
+    batch = cfg.total_batch_size
+    if batch == -1:
+        batch = 2 ** round(math.log2(B_REF * (target_tokens / d_ref) ** BATCH_EXPONENT))
+    tokens_per_pass = cfg.device_batch_size * cfg.seq_len * world_size
+    if batch % tokens_per_pass:
+        raise ValueError(f"total_batch_size={batch} must be a multiple of device_batch_size × seq_len × world_size "
+                         f"= {cfg.device_batch_size} × {cfg.seq_len} × {world_size} = {tokens_per_pass}")
+    steps = cfg.steps if cfg.steps > 0 else max(1, target_tokens // batch)
+    lr_batch_scale = math.sqrt(batch / B_REF)
+    c = model.config
+    return dict(n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, head_dim=c.head_dim, vocab_size=vocab_size,
+                params=counts["total"], scaling_params=n_scaling, flops_per_token=model.estimate_flops(),
+                target_tokens=target_tokens, d_ref=int(d_ref), total_batch_size=batch, tokens_per_pass=tokens_per_pass,
+                grad_accum_steps=batch // tokens_per_pass, steps=steps, tokens=steps * batch,
+                tokens_per_scaling_param=steps * batch / n_scaling, lr_batch_scale=lr_batch_scale,
+                matrix_lr=cfg.matrix_lr * lr_batch_scale, embedding_lr=cfg.embedding_lr * lr_batch_scale,
+                unembedding_lr=cfg.unembedding_lr * lr_batch_scale, scalar_lr=cfg.scalar_lr * lr_batch_scale,
+                lr_scale=cfg.lr_scale, weight_decay=cfg.weight_decay * lr_batch_scale * d_ref / target_tokens,
+                warmup_steps=cfg.warmup_steps, warmdown_ratio=cfg.warmdown_ratio, final_lr_frac=cfg.final_lr_frac)
+
 # %% ../nbs/08_trainer.ipynb #6527e6f1
-CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "state.pt", "meta.json")
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
+LEGACY_CHECKPOINT_FILES = ("optimizer.pt", "state.pt")  # pickles, written before checkpoints were pickle-free
+
+
+def _encode(value):
+    "A param-group value as JSON: tuples and torch dtypes tagged so that they come back as they were."
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(v) for v in value]}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    return value
+
+
+def _decode(value):
+    "Inverse of `_encode`."
+    if isinstance(value, dict) and value.keys() == {"tuple"}:
+        return tuple(_decode(v) for v in value["tuple"])
+    if isinstance(value, dict) and value.keys() == {"dtype"}:
+        return getattr(torch, value["dtype"])
+    return value
+
+
+def write_optimizer(state: dict, path: Path) -> Path:
+    "Save an optimizer `state_dict` as safetensors: its tensors by `index.name`, its groups as JSON metadata."
+    tensors = {f"{i}.{name}": t.detach().contiguous().cpu() for i, s in state["state"].items() for name, t in s.items()}
+    groups = [{k: _encode(v) for k, v in g.items()} for g in state["param_groups"]]
+    save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups)})
+    return Path(path)
+
+
+def read_optimizer(path: Path, device: str = "cpu") -> dict:
+    "Inverse of `write_optimizer`: a state_dict `Optimizer.load_state_dict` accepts."
+    state: dict[int, dict] = {}
+    with safe_open(str(path), "pt", device=device) as f:
+        for key in f.keys():
+            index, name = key.split(".", 1)
+            state.setdefault(int(index), {})[name] = f.get_tensor(key)
+        groups = [{k: _decode(v) for k, v in g.items()} for g in json.loads(f.metadata()["param_groups"])]
+    return {"state": state, "param_groups": groups}
 
 
 def rng_state() -> dict:
-    "Every random-number generator state a run depends on."
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    "Every random-number generator state a run depends on, as JSON-able lists."
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {"torch": torch.get_rng_state().tolist(),
+             "numpy": [kind, keys.tolist(), pos, has_gauss, cached], "python": [version, list(internal), gauss_next]}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
 def set_rng_state(state: dict) -> None:
     "Restore the generators saved by `rng_state`."
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                    loader_state: dict, meta: dict) -> Path:
-    "Write a complete checkpoint to directory `path`, atomically (temporary directory + rename)."
+def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
+                    meta: dict) -> Path:
+    "Write a checkpoint directory atomically (temporary sibling + rename): weights, optimizer, `state`, `meta`."
     path = Path(path)
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(weights, str(tmp / "model.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({"step": step, "loader": loader_state, "rng": rng_state()}, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=2))
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    write_optimizer(optimizer.state_dict(), tmp / "optimizer.safetensors")
+    (tmp / "state.json").write_text(json.dumps({**state, "rng": rng_state()}))
+    (tmp / "meta.json").write_text(json.dumps({"step": state["step"], **meta}, indent=2))
     shutil.rmtree(old, ignore_errors=True)
     if path.exists():
         os.replace(path, old)
@@ -148,20 +290,112 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     return path
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
-    "Load a checkpoint into `model` (and `optimizer`); return its state (step, loader, rng)."
+def check_checkpoint(path: Path) -> Path:
+    "Refuse a checkpoint directory that is incomplete or in the old pickled format; never unpickle anything."
     path = Path(path)
+    legacy = [f for f in LEGACY_CHECKPOINT_FILES if (path / f).exists()]
+    if legacy:
+        raise ValueError(f"checkpoint {path} holds {', '.join(legacy)}: pickles, which can run code when loaded, so "
+                         f"they are not read. If you trust where this run directory came from, convert it with "
+                         f"`xsa_nb checkpoint convert {path.parent} --trust`")
     missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {path} is incomplete or missing: no {', '.join(missing)}")
+    return path
+
+
+def _read(path: Path, reader):
+    "`reader(path)`, with a corrupt or truncated file reported by name."
     try:
-        weights = load_file(str(path / "model.safetensors"), device=str(model.get_device()))
+        return reader(path)
     except Exception as e:
-        raise ValueError(f"checkpoint weights {path / 'model.safetensors'} are corrupt: {e}") from e
-    model.load_state_dict(weights, strict=True)
+        raise ValueError(f"checkpoint file {path} is corrupt or truncated: {e}") from e
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
+    "Load a checkpoint into `model` (and `optimizer`); return its state (step, loader, rng, train_time)."
+    path = check_checkpoint(path)
+    device = str(model.get_device())
+    model.load_state_dict(_read(path / "model.safetensors", lambda p: load_file(str(p), device=device)), strict=True)
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=model.get_device(), weights_only=False))
-    return torch.load(path / "state.pt", weights_only=False)
+        optimizer.load_state_dict(_read(path / "optimizer.safetensors", lambda p: read_optimizer(p, device)))
+    return _read(path / "state.json", lambda p: json.loads(p.read_text()))
+
+
+def convert_checkpoint(run_dir: Path, trust: bool = False) -> Path:
+    "Rewrite a run directory's pickled checkpoint in the pickle-free format; reads the pickles only with `trust`."
+    path = Path(run_dir) / "checkpoint"
+    legacy = [path / f for f in LEGACY_CHECKPOINT_FILES]
+    if not all(p.is_file() for p in legacy):
+        raise FileNotFoundError(f"{path} holds no pickled checkpoint to convert (no {' or '.join(LEGACY_CHECKPOINT_FILES)})")
+    if not trust:
+        raise PermissionError(f"converting {path} reads pickles, which can run code: pass --trust (trust=True) only "
+                              "for a run directory whose origin you trust")
+    numpy_state = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]  # numpy's array rebuilder
+    with torch.serialization.safe_globals(numpy_state):  # tensors, containers and numpy arrays; nothing else
+        optimizer = torch.load(legacy[0], map_location="cpu", weights_only=True)
+        old = torch.load(legacy[1], map_location="cpu", weights_only=True)
+    rng = old["rng"]
+    kind, keys, pos, has_gauss, cached = rng["numpy"]
+    version, internal, gauss_next = rng["python"]
+    state = {"step": old["step"], "loader": old["loader"], "train_time": None,
+             "rng": {"torch": rng["torch"].tolist(), "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+                     "python": [version, list(internal), gauss_next]}}
+    if "cuda" in rng:
+        state["rng"]["cuda"] = [s.tolist() for s in rng["cuda"]]
+    write_optimizer(optimizer, path / ".optimizer.safetensors.tmp")
+    atomic_write_text(path / "state.json", json.dumps(state))
+    os.replace(path / ".optimizer.safetensors.tmp", path / "optimizer.safetensors")
+    for p in legacy:
+        p.unlink()
+    return path
+
+# %% ../nbs/08_trainer.ipynb #a0800014
+def code_version() -> dict:
+    "The git commit of the running code and whether tracked files differ from it ('unknown' outside a checkout)."
+    root = Path(xsa_nb.__file__).resolve().parents[1]
+    git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+    try:
+        return {"commit": git("rev-parse", "HEAD").strip(),
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no").strip())}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) -> dict:
+    "What made a run, besides its configuration: code version, library versions, device, dtype, threads."
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {**code_version(), "xsa_nb": xsa_nb.__version__, "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device), "device_name": name,
+            "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "world_size": world_size}
+
+
+UNHASHED_KEYS = ("run_dir", "nan_at_step")  # where a run lives and a test hook: not what it is
+
+
+def config_hash(cfg: TrainConfig, recipe: dict) -> str:
+    "A short hash of everything that decides a run's result: its configuration and the recipe resolved from it."
+    config = {k: v for k, v in cfg.to_dict().items() if k not in UNHASHED_KEYS}
+    return hashlib.sha256(json.dumps({"config": config, "recipe": recipe}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
+    "Keys whose values differ between a saved `config.json` and `cfg` (where it lives and test hooks aside)."
+    now = cfg.to_dict()
+    return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and saved.get(k, "<absent>") != now.get(k))
+
+
+def check_same_run(run_dir: Path, cfg: TrainConfig, recipe: dict) -> None:
+    "Refuse to continue or reuse `run_dir` if it was made with another configuration or recipe, naming what differs."
+    run_dir = Path(run_dir)
+    saved = json.loads((run_dir / "config.json").read_text())
+    recorded = [json.loads(p.read_text()).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
+                                                                         run_dir / "summary.json") if p.is_file()]
+    diff = config_differences(saved, cfg)
+    if diff or any(h != config_hash(cfg, recipe) for h in recorded):
+        what = f"differs in {diff}" if diff else "same settings, but the recipe resolved from them changed"
+        raise ValueError(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
+                         "delete the old one")
 
 # %% ../nbs/08_trainer.ipynb #1c6fd02e
 class TrainingDiverged(RuntimeError):
@@ -189,7 +423,8 @@ def compute_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    "Wait for the device's queued work (timing a GPU step needs it; a no-op on the CPU)."
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -202,61 +437,37 @@ def matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: in
     a @ b
     best = float("inf")
     for _ in range(repeats):
-        _sync(device)
+        synchronize(device)
         t = time.perf_counter()
         a @ b
-        _sync(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
 
 # %% ../nbs/08_trainer.ipynb #91cdf777
-def horizon(cfg: TrainConfig, model: GPT, tokens_per_step: int) -> int:
-    "Number of optimizer steps: `cfg.steps`, or from the tokens : scaling-parameters ratio."
-    if cfg.steps > 0:
-        return cfg.steps
-    counts = model.num_params_by_group()
-    return max(1, int(cfg.param_data_ratio * (counts["transformer_matrices"] + counts["lm_head"])) // tokens_per_step)
+def run_tokenizer(cfg: TrainConfig) -> Tokenizer:
+    "The tokenizer a run uses: `cfg.tokenizer_path`, or the embedded corpus's."
+    return Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
 
 
-def _metrics_resume(path: Path, start_step: int) -> None:
-    "Drop metric lines at or after `start_step` (written after the checkpoint a run resumes from)."
-    if path.exists():
-        keep = [l for l in path.read_text().splitlines() if l and json.loads(l)["step"] < start_step]
-        atomic_write_text(path, "".join(l + "\n" for l in keep))
-
-
-def _check_same_config(run_dir: Path, cfg: TrainConfig) -> None:
-    "Refuse to resume a run directory written with another configuration."
-    saved = {**TrainConfig().to_dict(), **json.loads((run_dir / "config.json").read_text())}  # newer keys: defaults
-    diff = sorted(k for k in set(saved) | set(cfg.to_dict())
-                  if k not in ("run_dir", "nan_at_step") and saved.get(k) != cfg.to_dict().get(k))
-    if diff:
-        raise ValueError(f"{run_dir} holds a run with another configuration (differs in {diff}); "
-                         "use a new run_dir or delete the old one")
-
-# %% ../nbs/08_trainer.ipynb #feca8cb3
-def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device) -> GPT:
+def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device | str) -> GPT:
     "The GPT a configuration describes, initialised with its seed, on `device`."
     torch.manual_seed(cfg.seed)
-    gcfg = GPTConfig.from_depth(cfg.depth, sequence_len=cfg.seq_len, vocab_size=vocab_size,
-                                window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
-                                xsa_layers=cfg.xsa_layers, residual=cfg.residual, block_size=cfg.block_size,
-                                residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink)
-    with torch.device("meta"):
-        model = GPT(gcfg)
+    model = _meta_model(model_config(cfg, vocab_size))
     model.to_empty(device=device)
     model.init_weights()
     return model
 
 
-def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype) -> torch.optim.Optimizer:
-    "nanochat's `MuonAdamW` for `model`, with the run's learning-rate scale, Muon weight decay and Newton–Schulz dtype."
+def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
+    "nanochat's `MuonAdamW` with the recipe's rates and weight decay, `lr_scale` on every rate, Newton–Schulz in `muon_dtype`."
+    recipe = recipe or resolve_recipe(cfg, model.config.vocab_size)
     ns_dtype = dtype if cfg.muon_dtype == "auto" else getattr(torch, cfg.muon_dtype)
-    optimizer = model.setup_optimizer(ns_dtype=ns_dtype)
+    optimizer = model.setup_optimizer(unembedding_lr=recipe["unembedding_lr"], embedding_lr=recipe["embedding_lr"],
+                                      matrix_lr=recipe["matrix_lr"], scalar_lr=recipe["scalar_lr"],
+                                      weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype)
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
-        if group["kind"] == "muon":
-            group["initial_weight_decay"] = group["weight_decay"] = cfg.weight_decay
     return optimizer
 
 
@@ -265,7 +476,8 @@ NEW_SWITCH_PARAMS = ("router.", "attn_sink", "xsa_gate")  # may be absent from a
 
 def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
     "Load another run's final weights into `model`; parameters only switches add keep their init. Return those."
-    weights = load_file(str(Path(run_dir) / "checkpoint" / "model.safetensors"), device=str(model.get_device()))
+    path = check_checkpoint(Path(run_dir) / "checkpoint") / "model.safetensors"
+    weights = _read(path, lambda p: load_file(str(p), device=str(model.get_device())))
     own = model.state_dict()
     missing = sorted(k for k in own if k not in weights)
     bad = sorted(k for k, w in weights.items() if k not in own or own[k].shape != w.shape)
@@ -275,14 +487,30 @@ def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
     model.load_state_dict(weights, strict=False)
     return missing
 
+# %% ../nbs/08_trainer.ipynb #feca8cb3
+def _metrics_resume(path: Path, start_step: int) -> None:
+    "Drop metric lines at or after `start_step` (written after the checkpoint a run resumes from)."
+    if path.exists():
+        keep = [l for l in path.read_text().splitlines() if l and json.loads(l)["step"] < start_step]
+        atomic_write_text(path, "".join(l + "\n" for l in keep))
+
+
+def recipe_table(recipe: dict) -> str:
+    "The resolved recipe as aligned `name  value` lines (printed at the start of a run)."
+    fmt = lambda v: f"{v:,}" if isinstance(v, int) else f"{v:.6g}" if isinstance(v, float) else str(v)
+    return "\n".join(f"  {k:<24} {fmt(v)}" for k, v in recipe.items())
+
+
+def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds: float, done: int) -> str:
+    "One plain-text progress line: step, loss, throughput, elapsed time and the time left at this pace."
+    eta = seconds / max(done, 1) * (steps - step - 1)
+    clock = lambda s: f"{int(s // 3600)}:{int(s % 3600 // 60):02d}:{int(s % 60):02d}"
+    return (f"step {step + 1:>6}/{steps} | loss {loss:.4f} | {tok_per_s:,.0f} tok/s | "
+            f"elapsed {clock(seconds)} | left {clock(eta)}")
+
 
 def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
     "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (`progress`: a tqdm bar)."
-    from xsa_nb.data import PackedLoader, default_data_dir, default_tokenizer
-    from xsa_nb.eval import bits_per_byte
-    from xsa_nb.muon import apply_schedule
-    from xsa_nb.tokenizer import Tokenizer, token_bytes
-
     validate(cfg)
     rank, _, world = dist_info()
     if world > 1 and not dist.is_initialized():
@@ -294,73 +522,75 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
     dtype = compute_dtype(device, cfg.dtype)
     run_dir = Path(cfg.run_dir)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
-    tokenizer = Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
-    tb = token_bytes(tokenizer).to(device)
+    tokenizer = run_tokenizer(cfg)
+    recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
+    digest = config_hash(cfg, recipe)
+    resuming = (run_dir / "checkpoint").exists()
+    if resuming or (run_dir / "summary.json").exists():
+        check_same_run(run_dir, cfg, recipe)
+    if (run_dir / "summary.json").exists():
+        log(f"{run_dir} is complete (config hash {digest}); nothing to do")
+        return json.loads((run_dir / "summary.json").read_text())
+    steps, total_batch, accum = recipe["steps"], recipe["total_batch_size"], recipe["grad_accum_steps"]
+    log(f"{run_dir}: {steps:,} steps of {total_batch:,} tokens (config hash {digest})\n{recipe_table(recipe)}")
 
     model = build_model(cfg, tokenizer.vocab_size, device)
-    if cfg.init_from and not (run_dir / "checkpoint").exists():  # a resumed run has its own weights
+    if cfg.init_from and not resuming:  # a resumed run has its own weights
         fresh = load_weights_from(model, Path(cfg.init_from))
         log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
-    optimizer = build_optimizer(cfg, model, dtype)
-    tokens_per_pass = cfg.device_batch_size * cfg.seq_len * world
-    total_batch = cfg.total_batch_size if cfg.total_batch_size > 0 else tokens_per_pass
-    if total_batch % tokens_per_pass:
-        raise ValueError(f"total_batch_size={total_batch} must be a multiple of device_batch_size × seq_len × "
-                         f"world_size = {tokens_per_pass}")
-    accum = total_batch // tokens_per_pass
-    steps = horizon(cfg, model, total_batch)
-    loader = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "train", rank, world, device=device)
-
-    start = 0
-    if (run_dir / "checkpoint").exists():
-        _check_same_config(run_dir, cfg)
+    optimizer = build_optimizer(cfg, model, dtype, recipe)
+    loader = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "train", rank, world,
+                          device=device, seed=cfg.seed)
+    start, train_time, commits = 0, 0.0, []
+    if resuming:
         state = load_checkpoint(run_dir / "checkpoint", model, optimizer)
-        start = state["step"]
+        start, train_time, commits = state["step"], state["train_time"], state["commits"]
         if len(state["loader"]) != world:
             raise ValueError(f"{run_dir / 'checkpoint'} was written by {len(state['loader'])} processes; resume it "
                              f"with the same number, not {world}")
         loader.load_state_dict(state["loader"][rank])
         set_rng_state(state["rng"])
-        log(f"resuming {run_dir} at step {start}")
+        log(f"resuming {run_dir} at step {start} ({train_time:.0f} s trained so far)")
     elif rank == 0:
         atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     metrics_path = run_dir / "metrics.jsonl"
     if rank == 0:
         _metrics_resume(metrics_path, start)
+    made_by = provenance(device, dtype, world)
+    commits = sorted(set(commits) | {made_by["commit"]})
+    meta = {"config": cfg.to_dict(), "recipe": recipe, "config_hash": digest, "provenance": made_by}
 
-    flops_per_token = model.estimate_flops()
     peak = matmul_flops(device, dtype)
     step_model = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    tb = token_bytes(tokenizer).to(device)
 
     def record(entry: dict) -> None:
         if rank == 0:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(entry) + "\n")
 
-    def val_bpb() -> float:
+    def evaluate(fn):
         model.eval()
-        val = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "val", rank, world, device=device)
-        n = max(1, cfg.eval_tokens // tokens_per_pass)
         with torch.no_grad(), autocast:
-            value = bits_per_byte(model, val, tb, steps=n)
+            value = fn()
         model.train()
         return value
 
+    def val_bpb() -> float:
+        val = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "val", rank, world, device=device)
+        return bits_per_byte(model, val, tb, steps=max(1, cfg.eval_tokens // recipe["tokens_per_pass"]))
+
     summary = {"val_bpb": None, "core": None}
     bar = tqdm(total=steps, initial=start, disable=rank != 0 or not progress, desc=run_dir.name, unit="step")
-    train_time, step = 0.0, start
+    step, part_time, last_line, first_epoch = start, 0.0, -math.inf, loader.epoch
     while True:
         last = step == steps
         if last or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
-            summary["val_bpb"] = val_bpb()
+            summary["val_bpb"] = evaluate(val_bpb)
             record({"step": step, "val_bpb": summary["val_bpb"]})
         if cfg.core_every > 0 and (last or (step > 0 and step % cfg.core_every == 0)):
-            from xsa_nb.eval import core_score
-            model.eval()
-            with torch.no_grad(), autocast:
-                summary["core"] = core_score(model, tokenizer, Path(cfg.core_bundle), device=device)["core"]
-            model.train()
+            summary["core"] = evaluate(lambda: core_score(model, tokenizer, Path(cfg.core_bundle), device=device)["core"])
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
             loaders = [loader.state_dict()]  # every rank's position: each resumes its own stream
@@ -368,11 +598,12 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
                 loaders = [None] * world
                 dist.all_gather_object(loaders, loader.state_dict())
             if rank == 0:
-                save_checkpoint(run_dir / "checkpoint", model, optimizer, step, loaders,
-                                {"config": cfg.to_dict(), "val_bpb": summary["val_bpb"]})
+                save_checkpoint(run_dir / "checkpoint", model, optimizer,
+                                {"step": step, "loader": loaders, "train_time": train_time, "commits": commits},
+                                meta | {"val_bpb": summary["val_bpb"]})
         if last:
             break
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
         for _ in range(accum):
@@ -389,27 +620,40 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
         loss_value = loss_value.item()
         if not math.isfinite(loss_value):
             bar.close()
-            raise TrainingDiverged(f"training loss is {loss_value} at step {step} of {run_dir}; stopped. The last "
-                                   f"good checkpoint is {run_dir / 'checkpoint'} (if one was saved)")
+            saved = run_dir / "checkpoint"
+            where = (f"the last good checkpoint is {saved} (step {json.loads((saved / 'meta.json').read_text())['step']})"
+                     if saved.exists() else "no checkpoint was saved before it")
+            raise TrainingDiverged(f"training loss is {loss_value} at step {step} of {run_dir}; stopped, {where}")
         schedule = apply_schedule(optimizer, step, steps, cfg.warmup_steps, cfg.warmdown_ratio, cfg.final_lr_frac)
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         model.zero_grad(set_to_none=True)
-        _sync(device)
+        synchronize(device)
         dt = time.perf_counter() - t0
-        train_time += dt
+        train_time, part_time = train_time + dt, part_time + dt
         tok_s = total_batch / dt
         record({"step": step, "loss": loss_value, "lr_multiplier": schedule["lr_multiplier"],
                 "tokens": (step + 1) * total_batch, "tok_per_s": tok_s,
-                "mfu": flops_per_token * tok_s / (peak * world), "time": train_time})
+                "mfu": recipe["flops_per_token"] * tok_s / (peak * world), "time": train_time})
+        if loader.epoch > first_epoch:
+            first_epoch = loader.epoch
+            message = (f"step {step}: the training data ran out after {loader.epoch} pass(es) over it; it repeats "
+                       f"from here ({(step + 1) * total_batch:,} of {recipe['tokens']:,} tokens trained)")
+            log(message)
+            if step < 3:
+                warnings.warn(f"the training split of {data_dir} holds fewer tokens than three optimizer steps "
+                              f"use ({3 * total_batch:,}): the run will mostly repeat the same text. {message}")
         bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}")
         bar.update(1)
+        if rank == 0 and (time.perf_counter() - last_line >= 30 or step + 1 == steps):
+            log(progress_line(step, steps, loss_value, tok_s, part_time, step + 1 - start))
+            last_line = time.perf_counter()
         step += 1
     bar.close()
-    summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time,
-                   params=model.num_params_by_group(), flops_per_token=flops_per_token,
-                   matmul_flops=peak, device=str(device), world_size=world)
+    summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, recipe=recipe,
+                   config_hash=digest, commits=commits, provenance=made_by, params=model.num_params_by_group(),
+                   flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world)
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
@@ -421,16 +665,23 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
     return {"train": [m for m in lines if "loss" in m], "val": [m for m in lines if "loss" not in m]}
 
 # %% ../nbs/08_trainer.ipynb #37c273ea
-def load_run(run_dir: Path, device: str = "auto"):
-    "(config, model in eval mode, tokenizer) of a run directory written by `train`."
-    from xsa_nb.data import default_tokenizer
-    from xsa_nb.tokenizer import Tokenizer
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
+def read_config(run_dir: Path) -> TrainConfig:
+    "The `TrainConfig` saved in a run directory's `config.json`; keys this version does not know are refused by name."
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: it has no config.json")
-    cfg = TrainConfig(**json.loads((run_dir / "config.json").read_text()))
-    tokenizer = Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
+    saved = json.loads(path.read_text())
+    unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"{path} has settings this version of xsa_nb does not know ({unknown}): it was written by "
+                         "another version; train it again with this one")
+    return TrainConfig(**saved)
+
+
+def load_run(run_dir: Path, device: str = "auto") -> tuple[TrainConfig, GPT, Tokenizer]:
+    "(config, model in eval mode, tokenizer) of a run directory written by `train`."
+    cfg = read_config(run_dir)
+    tokenizer = run_tokenizer(cfg)
     model = build_model(cfg, tokenizer.vocab_size, resolve_device(device))
-    load_checkpoint(run_dir / "checkpoint", model)
+    load_checkpoint(Path(run_dir) / "checkpoint", model)
     return cfg, model.eval(), tokenizer
