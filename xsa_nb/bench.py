@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .model import GPT
 from .muon import orthogonalize
-from .trainer import TrainConfig, synchronize, build_model, build_optimizer, matmul_flops
+from .trainer import TrainConfig, build_model, build_optimizer, compute_dtype, matmul_flops, synchronize
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info', 'ceilings', 'Shape',
@@ -60,6 +60,7 @@ VARIANTS: dict[str, dict] = {
     "delta": dict(residual="delta"),
     "delta_block": dict(residual="delta_block"),
     "muon_bf16": dict(muon_dtype="bfloat16"),
+    "bf16": dict(dtype="bfloat16"),
 }
 
 
@@ -129,27 +130,34 @@ def delta_bound_bytes(shape: Shape, n_embd: int, sources: int, itemsize: int = 4
 # %% ../nbs/13_bench.ipynb #06549193
 @dataclass
 class Trainee:
-    "A model being timed: the module, its optimizer, and the callable that runs its forward (compiled or not)."
+    "A model being timed: the module, its optimizer, the callable that runs its forward, and its compute dtype."
     name: str
     model: GPT
     optimizer: torch.optim.Optimizer
     forward: Callable
+    dtype: torch.dtype = torch.float32
+
+    def autocast(self):
+        "The autocast context the trainer would run this model's forward in."
+        return torch.autocast(self.model.get_device().type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
 
 def make_trainee(shape: Shape, variant: str, device: torch.device | str = "cpu", compile: bool = False,
-                 dtype: torch.dtype = torch.float32) -> Trainee:
-    "Build `variant` at `shape` with the trainer's optimizer for compute dtype `dtype`; compile its forward if asked."
+                 dtype: str = "auto") -> Trainee:
+    "Build `variant` at `shape` with the trainer's optimizer and compute dtype (`dtype` unless the variant sets one)."
+    cfg = bench_config(shape, variant)
+    device = torch.device(device)
+    compute = compute_dtype(device, cfg.dtype if cfg.dtype != "auto" else dtype)
     model = bench_model(shape, variant, device)
-    return Trainee(variant, model, build_optimizer(bench_config(shape, variant), model, dtype),
-                   torch.compile(model, dynamic=False) if compile else model)
+    return Trainee(variant, model, build_optimizer(cfg, model, compute),
+                   torch.compile(model, dynamic=False) if compile else model, compute)
 
 
-def train_step(t: Trainee, x: Tensor, y: Tensor, autocast=None) -> tuple[float, float]:
+def train_step(t: Trainee, x: Tensor, y: Tensor) -> tuple[float, float]:
     "One forward + backward + optimizer step; returns (step seconds, optimizer seconds)."
-    autocast = autocast or nullcontext()
     synchronize(x.device)
     start = time.perf_counter()
-    with autocast:
+    with t.autocast():
         loss = t.forward(x, y)
     loss.backward()
     synchronize(x.device)
@@ -163,7 +171,7 @@ def train_step(t: Trainee, x: Tensor, y: Tensor, autocast=None) -> tuple[float, 
 # %% ../nbs/13_bench.ipynb #f4094d75
 def time_variants(shape: Shape, variants: list[str], device: torch.device | str = "cpu", compile: bool = False,
                   rounds: int = 3, warmup: int = 1, ceiling_gflops: float | None = None,
-                  autocast_dtype: torch.dtype | None = None, compile_budget_s: float = float("inf"),
+                  dtype: str = "auto", compile_budget_s: float = float("inf"),
                   deadline: float = float("inf"), log=print) -> list[dict]:
     "Median step time, tokens/s, MFU, optimizer share and activation bytes per variant, timed interleaved."
     device = torch.device(device)
@@ -175,7 +183,6 @@ def time_variants(shape: Shape, variants: list[str], device: torch.device | str 
             raise ValueError(f"{len(variants)} compiled variants: Dynamo's recompile_limit={limit} would run the "
                              "rest eagerly; time at most that many per call")
         torch._dynamo.reset()
-    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=gen).to(device)
     rows, live = {}, []
@@ -189,19 +196,20 @@ def time_variants(shape: Shape, variants: list[str], device: torch.device | str 
             row["error"] = "skipped: the time budget was spent"
             continue
         try:
-            t = make_trainee(shape, v, device, compile, autocast_dtype or torch.float32)
+            t = make_trainee(shape, v, device, compile, dtype)
+            row["dtype"] = str(t.dtype).removeprefix("torch.")
             row["flops_per_token"] = t.model.estimate_flops()
             row["n_embd"] = t.model.config.n_embd
             start = time.perf_counter()
             for _ in range(warmup):
-                train_step(t, x, y, autocast)
+                train_step(t, x, y)
             row["compile_s" if compile else "warmup_s"] = time.perf_counter() - start
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-                train_step(t, x, y, autocast)
+                train_step(t, x, y)
                 row["peak_bytes"] = torch.cuda.max_memory_allocated(device)
             if not compile or device.type == "cuda":  # the saved-tensor hooks cannot see inside a compiled graph
-                row["activation_bytes"] = activation_bytes(t.forward, x, y, autocast)
+                row["activation_bytes"] = activation_bytes(t.forward, x, y, t.autocast())
             live.append(t)
         except Exception as e:  # a failed compile is a result to report, not a reason to stop
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -211,7 +219,7 @@ def time_variants(shape: Shape, variants: list[str], device: torch.device | str 
             log(f"{shape.name}: time budget spent after {r} rounds")
             break
         for t in live:
-            step_s, opt_s = train_step(t, x, y, autocast)
+            step_s, opt_s = train_step(t, x, y)
             rows[t.name]["steps"].append(step_s)
             rows[t.name]["opt"].append(opt_s)
             rows[t.name]["load"].append(os.getloadavg()[0])
@@ -464,8 +472,7 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
     rows = []
     for depth in depths:
         shape = Shape(f"d{depth}", depth, seq_len, batches.get(depth, 16), vocab)
-        rows += time_variants(shape, list(variants), device, compile, rounds, warmup, None,
-                              torch.bfloat16 if cuda else None, deadline=deadline, log=log)
+        rows += time_variants(shape, list(variants), device, compile, rounds, warmup, None, deadline=deadline, log=log)
         if cuda:
             torch.cuda.empty_cache()
     result["rows"] = rows
