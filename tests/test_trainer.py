@@ -52,8 +52,13 @@ def test_nan_stops_with_a_clear_message_and_a_loadable_checkpoint(tmp_path):
     from xsa_nb.trainer import TrainConfig, TrainingDiverged, build_model, load_checkpoint, train
     from xsa_nb.data import default_tokenizer
     cfg = TrainConfig(**TINY, run_dir=str(tmp_path / "nan"), nan_at_step=3)
-    with pytest.raises(TrainingDiverged, match="training loss is nan at step 3"):
+    with pytest.raises(TrainingDiverged, match=r"training loss is nan at step 3 .*the last good checkpoint is "
+                                               r".*nan/checkpoint \(step 3\)"):
         train(cfg, log=lambda *_: None)
+    never_saved = TrainConfig(**TINY | dict(save_every=-1), run_dir=str(tmp_path / "nan2"), nan_at_step=3)
+    with pytest.raises(TrainingDiverged, match="no checkpoint was saved before it"):
+        train(never_saved, log=lambda *_: None)
+    assert not (tmp_path / "nan2" / "checkpoint").exists()
     state = load_checkpoint(tmp_path / "nan" / "checkpoint", build_model(cfg, default_tokenizer().vocab_size, "cpu"))
     assert state["step"] == 3  # the weights after steps 0..2: the last good ones
     assert len(losses(tmp_path / "nan")) == 3
@@ -71,10 +76,15 @@ def test_torchrun_two_processes_match_one(tmp_path):
     for k in range(3):  # two training shards and a validation shard, every row group identical
         write_shard(data / f"shard_{k:05d}.parquet", {"text": docs * 4}, row_group_size=len(docs))
     knobs = dict(TINY, steps=4, save_every=-1, data_dir=str(data))
+    # two ranks step on 2 × 256 tokens (the same 256 twice); the recipe scales rates and decay by √(batch), so the
+    # single process, stepping on 256, gets √2 × each at the reference batch: the optimizer then sees equal numbers
+    single_knobs = dict(knobs, **{k: v * 2 ** 0.5 for k, v in dict(matrix_lr=0.02, embedding_lr=0.3, unembedding_lr=0.008,
+                                                                   scalar_lr=0.5, weight_decay=0.28).items()})
     one_thread = dict(os.environ, OMP_NUM_THREADS="1")  # the same matmul reduction order in every process
-    single = spawn_train(tmp_path / "one", env=one_thread, **knobs)
+    single = spawn_train(tmp_path / "one", env=one_thread, **single_knobs)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-                "--no-python", sys.executable, "-c", CODE, json.dumps(dict(TINY, **knobs, run_dir=str(tmp_path / "two")))]
+                "--no-python", sys.executable, "-c", CODE,
+                json.dumps(dict(knobs, total_batch_size=512, run_dir=str(tmp_path / "two")))]
     res = subprocess.run(torchrun, capture_output=True, text=True, env=one_thread, timeout=300)
     assert res.returncode == 0, res.stderr[-5000:]
     assert single.wait(timeout=300) == 0, single.stderr.read()[-5000:]
