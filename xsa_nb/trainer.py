@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -509,7 +510,7 @@ def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds:
             f"elapsed {clock(seconds)} | left {clock(eta)}")
 
 
-def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
+def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable | None = None) -> dict:
     "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (`progress`: a tqdm bar)."
     validate(cfg)
     rank, _, world = dist_info()
@@ -539,8 +540,14 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
         fresh = load_weights_from(model, Path(cfg.init_from))
         log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
     optimizer = build_optimizer(cfg, model, dtype, recipe)
-    loader = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "train", rank, world,
-                          device=device, seed=cfg.seed)
+    def make_loader(split: str):
+        "This rank's batches of `split`: the packed text shards, or what `loaders(split, rank, world)` gives."
+        if loaders is not None:
+            return loaders(split, rank, world)
+        return PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, split, rank, world,
+                            device=device, seed=cfg.seed if split == "train" else None)
+
+    loader = make_loader("train")
     start, train_time, commits = 0, 0.0, []
     if resuming:
         state = load_checkpoint(run_dir / "checkpoint", model, optimizer)
@@ -578,8 +585,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True) -> dict:
         return value
 
     def val_bpb() -> float:
-        val = PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, "val", rank, world, device=device)
-        return bits_per_byte(model, val, tb, steps=max(1, cfg.eval_tokens // recipe["tokens_per_pass"]))
+        return bits_per_byte(model, make_loader("val"), tb, steps=max(1, cfg.eval_tokens // recipe["tokens_per_pass"]))
 
     summary = {"val_bpb": None, "core": None}
     bar = tqdm(total=steps, initial=start, disable=rank != 0 or not progress, desc=run_dir.name, unit="step")
