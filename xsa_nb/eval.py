@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
-from .data import PackedLoader, iter_documents
+from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
 from .xsa import attention_mask, own_value_cosine
 
@@ -164,10 +164,10 @@ def training_counts(tokenizer, data_dir: Path, max_documents: int = 200_000) -> 
 
 
 def count_model_bpb(counts: CountModel, tokenizer, data_dir: Path, batch_size: int, seq_len: int,
-                    eval_tokens: int) -> dict:
+                    eval_tokens: int, packing: str = "auto") -> dict:
     "Unigram and bigram bits per byte on the validation rows a run of this shape is scored on, and their bytes/token."
     tb, steps = token_bytes(tokenizer), max(1, eval_tokens // (batch_size * seq_len))
-    rows = list(itertools.islice(PackedLoader(tokenizer, batch_size, seq_len, data_dir, "val"), steps))
+    rows = list(itertools.islice(make_loader(tokenizer, batch_size, seq_len, data_dir, "val", packing), steps))
     counted = torch.stack([target_bytes(y, tb) for _, y in rows])
     return {"unigram_bpb": predictor_bits_per_byte(counts.unigram_nll, rows, tb, steps),
             "bigram_bpb": predictor_bits_per_byte(counts.bigram_nll, rows, tb, steps), "bigram_k": counts.k,

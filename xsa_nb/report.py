@@ -483,10 +483,10 @@ REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "x
 
 
 @functools.lru_cache(maxsize=4)
-def _count_references(data_dir: str, tokenizer_path: str, shapes: tuple, eval_tokens: int) -> dict:
+def _count_references(data_dir: str, tokenizer_path: str, shapes: tuple, eval_tokens: int, packing: str) -> dict:
     tokenizer = run_tokenizer(TrainConfig(tokenizer_path=tokenizer_path))
     counts = training_counts(tokenizer, Path(data_dir))
-    return {(T, B): count_model_bpb(counts, tokenizer, Path(data_dir), B, T, eval_tokens) for T, B in shapes}
+    return {(T, B): count_model_bpb(counts, tokenizer, Path(data_dir), B, T, eval_tokens, packing) for T, B in shapes}
 
 
 def count_references(preset: Preset, runs: dict) -> dict[tuple[int, int], dict]:
@@ -498,7 +498,7 @@ def count_references(preset: Preset, runs: dict) -> dict[tuple[int, int], dict]:
         return {}
     shapes = tuple(sorted({(r["config"]["seq_len"], r["config"]["device_batch_size"]) for r in runs.values()}))
     return _count_references(str(data_dir), expand(preset.scale.base.get("tokenizer_path", "")), shapes,
-                             preset.scale.eval["eval_tokens"])
+                             preset.scale.eval["eval_tokens"], preset.scale.base.get("packing", "auto"))
 
 
 def check_one_commit(runs: dict, allow_mixed_commits: bool = False) -> None:

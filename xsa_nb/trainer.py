@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 import xsa_nb
-from .data import PackedLoader, default_data_dir, default_tokenizer
+from .data import PACKINGS, default_data_dir, default_tokenizer, make_loader
 from .docs import atomic_write_text
 from .eval import bits_per_byte, core_score
 from .model import GPT, GPTConfig
@@ -64,6 +64,7 @@ class TrainConfig:
     init_from: str = ""              # a run directory whose final weights start this run (model weights only)
     window_pattern: str = "L"        # nanochat's sliding-window pattern ("SSSL" on GPU)
     seq_len: int = 256               # tokens per row
+    packing: str = "auto"            # rows from documents: "bestfit" (nanochat), "chunks", "auto" (chunks: embedded corpus)
     device_batch_size: int = 8       # rows per forward pass per rank
     total_batch_size: int = -1       # tokens per optimizer step; -1: nanochat's rule (2^19 at d12, ∝ horizon^0.383)
     steps: int = -1                  # optimizer steps; -1: target_param_data_ratio × scaling parameters ÷ batch
@@ -154,6 +155,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
              f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
     need(0.0 <= float(cfg.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {cfg.xsa_alpha!r}")
     need(cfg.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {cfg.residual!r}")
+    need(cfg.packing in PACKINGS, f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     need(cfg.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {cfg.target_param_data_ratio!r}")
     for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
         need(getattr(cfg, name) > 0, f"{name} must be > 0, got {getattr(cfg, name)!r}")
@@ -540,14 +542,14 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         fresh = load_weights_from(model, Path(cfg.init_from))
         log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
     optimizer = build_optimizer(cfg, model, dtype, recipe)
-    def make_loader(split: str):
-        "This rank's batches of `split`: the packed text shards, or what `loaders(split, rank, world)` gives."
+    def batches(split: str):
+        "This rank's batches of `split`: rows of the text shards (`make_loader`), or `loaders(split, rank, world)`."
         if loaders is not None:
             return loaders(split, rank, world)
-        return PackedLoader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, split, rank, world,
-                            device=device, seed=cfg.seed if split == "train" else None)
+        return make_loader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, split, cfg.packing, rank, world,
+                           seed=cfg.seed, device=device)
 
-    loader = make_loader("train")
+    loader = batches("train")
     start, train_time, commits = 0, 0.0, []
     if resuming:
         state = load_checkpoint(run_dir / "checkpoint", model, optimizer)
@@ -585,7 +587,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         return value
 
     def val_bpb() -> float:
-        return bits_per_byte(model, make_loader("val"), tb, steps=max(1, cfg.eval_tokens // recipe["tokens_per_pass"]))
+        return bits_per_byte(model, batches("val"), tb, steps=max(1, cfg.eval_tokens // recipe["tokens_per_pass"]))
 
     summary = {"val_bpb": None, "core": None}
     bar = tqdm(total=steps, initial=start, disable=rank != 0 or not progress, desc=run_dir.name, unit="step")
@@ -599,13 +601,13 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             summary["core"] = evaluate(lambda: core_score(model, tokenizer, Path(cfg.core_bundle), device=device)["core"])
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
-            loaders = [loader.state_dict()]  # every rank's position: each resumes its own stream
+            positions = [loader.state_dict()]  # every rank's position: each resumes its own stream
             if world > 1:
-                loaders = [None] * world
-                dist.all_gather_object(loaders, loader.state_dict())
+                positions = [None] * world
+                dist.all_gather_object(positions, loader.state_dict())
             if rank == 0:
                 save_checkpoint(run_dir / "checkpoint", model, optimizer,
-                                {"step": step, "loader": loaders, "train_time": train_time, "commits": commits},
+                                {"step": step, "loader": positions, "train_time": train_time, "commits": commits},
                                 meta | {"val_bpb": summary["val_bpb"]})
         if last:
             break
