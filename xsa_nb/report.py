@@ -22,10 +22,11 @@ import matplotlib.pyplot as plt
 from .data import default_data_dir
 from .eval import count_model_bpb, training_counts
 from .experiments import Preset, get_preset, run_name, run_status
+from .routing import PRESET_SWITCHES
 from .trainer import TrainConfig, run_tokenizer
 
 # %% auto #0
-__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_KIND', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
+__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
            'paired_difference', 'markdown_table', 'write_table', 'val_bpb_by_seed', 'run_commits', 'context_notes',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_muon_figure', 'xsa_sweep_rows',
            'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_rows', 'routing_figures',
@@ -335,7 +336,8 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
     return Path(path)
 
 # %% ../nbs/12_report.ipynb #e7f68ea4
-SOURCE_KIND = {"attnres": "states", "attnres_block": "blocks", "delta": "deltas", "delta_block": "blocks"}
+SOURCE_STATS = {"outputs": "deltas", "states": "states", "blocks": "blocks", "blocks_partial": "blocks"}
+"The diagnostics' name (`07_eval`) for the sources a preset routes over (`PRESET_SWITCHES`, `03_routing`)."
 
 
 def routed_points(routing: dict) -> list[dict]:
@@ -373,7 +375,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                 continue
             routing = runs[run_name(depth, name, min(routed))]["eval"].get("routing", {})  # diagnostics: first seed
             maxw = [p["max_weight"] for p in routed_points(routing)]
-            src = routing.get("sources", {}).get(SOURCE_KIND.get(name, ""), {})
+            src = routing.get("sources", {}).get(SOURCE_STATS[PRESET_SWITCHES[name][0]], {})
             rows.append({"source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name,
                          "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), **comparison_columns(c),
                          "max_weight_final_read": maxw[-1] if maxw else None,

@@ -99,12 +99,13 @@ def weight_bound(sources: list[Tensor], query_norm: float) -> Tensor:
     return bound.T.float().reshape(len(sources), *sources[0].shape[:-1])
 
 # %% ../nbs/03_routing.ipynb #c2350b85
-RESIDUAL_PRESETS: tuple[str, ...] = ("standard", "attnres", "attnres_block", "delta", "delta_block")
+RESIDUAL_PRESETS: tuple[str, ...] = ("standard", "attnres", "attnres_outputs", "attnres_block", "delta", "delta_block")
 ROUTING_SOURCES: tuple[str, ...] = ("outputs", "states", "blocks", "blocks_partial")
 ROUTING_COMBINES: tuple[str, ...] = ("replace", "add")
 PRESET_SWITCHES: dict[str, tuple[str, str] | None] = {  # preset -> (sources, combine)
     "standard": None,
-    "attnres": ("outputs", "replace"),
+    "attnres": ("states", "replace"),
+    "attnres_outputs": ("outputs", "replace"),
     "attnres_block": ("blocks_partial", "replace"),
     "delta": ("outputs", "add"),
     "delta_block": ("blocks", "add"),

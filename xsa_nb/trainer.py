@@ -40,11 +40,12 @@ from .tokenizer import Tokenizer, token_bytes
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'UNHASHED_KEYS',
            'NEW_SWITCH_PARAMS', 'TrainConfig', 'xsa_layer_spec', 'model_config', 'scaling_params', 'validate',
-           'resolve_recipe', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state', 'save_checkpoint',
-           'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance', 'config_hash',
-           'config_differences', 'check_same_run', 'TrainingDiverged', 'dist_info', 'resolve_device', 'compute_dtype',
-           'synchronize', 'matmul_flops', 'run_tokenizer', 'build_model', 'build_optimizer', 'load_weights_from',
-           'recipe_table', 'progress_line', 'train', 'read_metrics', 'read_config', 'load_run']
+           'resolve_recipe', 'optimizer_param_names', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state',
+           'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance',
+           'config_hash', 'config_differences', 'check_same_run', 'TrainingDiverged', 'dist_info', 'resolve_device',
+           'compute_dtype', 'synchronize', 'matmul_flops', 'run_tokenizer', 'build_model', 'build_optimizer',
+           'load_weights_from', 'continue_checkpoint', 'recipe_table', 'progress_line', 'train', 'read_metrics',
+           'read_config', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 @dataclass
@@ -62,6 +63,7 @@ class TrainConfig:
     residual_convert: bool = False   # routed term behind a zero-initialised gate (to convert a trained model)
     attn_sink: bool = False          # learned per-head attention sink logit
     init_from: str = ""              # a run directory whose final weights start this run (model weights only)
+    continue_from: str = ""          # a run directory this run continues: weights, optimizer, data, step (see below)
     window_pattern: str = "L"        # nanochat's sliding-window pattern ("SSSL" on GPU)
     seq_len: int = 256               # tokens per row
     packing: str = "auto"            # rows from documents: "bestfit" (nanochat), "chunks", "auto" (chunks: embedded corpus)
@@ -173,9 +175,13 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         need(Path(cfg.data_dir).is_dir(), f"data_dir {cfg.data_dir!r} does not exist or is not a directory")
     if cfg.tokenizer_path:
         need(Path(cfg.tokenizer_path).is_file(), f"tokenizer_path {cfg.tokenizer_path!r} is not a file")
-    if cfg.init_from:
-        need((Path(cfg.init_from) / "checkpoint" / "model.safetensors").is_file(),
-             f"init_from {cfg.init_from!r} is not a run directory with a checkpoint (no checkpoint/model.safetensors)")
+    for name in ("init_from", "continue_from"):
+        if getattr(cfg, name):
+            need((Path(getattr(cfg, name)) / "checkpoint" / "model.safetensors").is_file(),
+                 f"{name} {getattr(cfg, name)!r} is not a run directory with a checkpoint (no checkpoint/model.safetensors)")
+    need(not (cfg.init_from and cfg.continue_from), "init_from and continue_from exclude each other: give one")
+    need(not cfg.continue_from or cfg.steps > 0,
+         f"continue_from needs steps > 0 (the steps after the one taken over), got steps={cfg.steps!r}")
     if cfg.core_every > 0:
         need(bool(cfg.core_bundle) and Path(cfg.core_bundle).is_dir(),
              f"core_every > 0 needs core_bundle to be an eval bundle directory, got {cfg.core_bundle!r}")
@@ -233,23 +239,32 @@ def _decode(value):
     return value
 
 
-def write_optimizer(state: dict, path: Path) -> Path:
-    "Save an optimizer `state_dict` as safetensors: its tensors by `index.name`, its groups as JSON metadata."
+def optimizer_param_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    "The model's name of each parameter, in the order the optimizer's `state_dict` numbers them."
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+
+
+def write_optimizer(state: dict, path: Path, param_names: list[str] | None = None) -> Path:
+    "Save an optimizer `state_dict` as safetensors: tensors by `index.name`; groups (and parameter names) as JSON metadata."
     tensors = {f"{i}.{name}": t.detach().contiguous().cpu() for i, s in state["state"].items() for name, t in s.items()}
-    groups = [{k: _encode(v) for k, v in g.items()} for g in state["param_groups"]]
-    save_file(tensors, str(path), metadata={"param_groups": json.dumps(groups)})
+    metadata = {"param_groups": json.dumps([{k: _encode(v) for k, v in g.items()} for g in state["param_groups"]])}
+    if param_names is not None:
+        metadata["param_names"] = json.dumps(param_names)
+    save_file(tensors, str(path), metadata=metadata)
     return Path(path)
 
 
-def read_optimizer(path: Path, device: str = "cpu") -> dict:
-    "Inverse of `write_optimizer`: a state_dict `Optimizer.load_state_dict` accepts."
+def read_optimizer(path: Path, device: str = "cpu") -> tuple[dict, list[str] | None]:
+    "Inverse of `write_optimizer`: a state_dict `Optimizer.load_state_dict` accepts, and the parameter names if saved."
     state: dict[int, dict] = {}
     with safe_open(str(path), "pt", device=device) as f:
         for key in f.keys():
             index, name = key.split(".", 1)
             state.setdefault(int(index), {})[name] = f.get_tensor(key)
-        groups = [{k: _decode(v) for k, v in g.items()} for g in json.loads(f.metadata()["param_groups"])]
-    return {"state": state, "param_groups": groups}
+        metadata = f.metadata()
+    groups = [{k: _decode(v) for k, v in g.items()} for g in json.loads(metadata["param_groups"])]
+    return {"state": state, "param_groups": groups}, json.loads(metadata.get("param_names", "null"))
 
 
 def rng_state() -> dict:
@@ -282,7 +297,7 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-    write_optimizer(optimizer.state_dict(), tmp / "optimizer.safetensors")
+    write_optimizer(optimizer.state_dict(), tmp / "optimizer.safetensors", optimizer_param_names(model, optimizer))
     (tmp / "state.json").write_text(json.dumps({**state, "rng": rng_state()}))
     (tmp / "meta.json").write_text(json.dumps({"step": state["step"], **meta}, indent=2))
     shutil.rmtree(old, ignore_errors=True)
@@ -321,7 +336,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     device = str(model.get_device())
     model.load_state_dict(_read(path / "model.safetensors", lambda p: load_file(str(p), device=device)), strict=True)
     if optimizer is not None:
-        optimizer.load_state_dict(_read(path / "optimizer.safetensors", lambda p: read_optimizer(p, device)))
+        optimizer.load_state_dict(_read(path / "optimizer.safetensors", lambda p: read_optimizer(p, device))[0])
     return _read(path / "state.json", lambda p: json.loads(p.read_text()))
 
 
@@ -490,6 +505,20 @@ def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
     model.load_state_dict(weights, strict=False)
     return missing
 
+
+def continue_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer) -> dict:
+    "Take over another run's final checkpoint under other switches: weights and optimizer state by parameter name."
+    path = check_checkpoint(Path(run_dir) / "checkpoint")
+    fresh = load_weights_from(model, run_dir)
+    saved, names = _read(path / "optimizer.safetensors", lambda p: read_optimizer(p, str(model.get_device())))
+    if names is None:
+        raise ValueError(f"{path / 'optimizer.safetensors'} does not name its parameters (converted from the old "
+                         "format): it can be resumed, not continued under other switches")
+    params = dict(model.named_parameters())
+    for index, tensors in saved["state"].items():
+        optimizer.state[params[names[index]]] = tensors
+    return _read(path / "state.json", lambda p: json.loads(p.read_text())) | {"fresh": fresh}
+
 # %% ../nbs/08_trainer.ipynb #feca8cb3
 def _metrics_resume(path: Path, start_step: int) -> None:
     "Drop metric lines at or after `start_step` (written after the checkpoint a run resumes from)."
@@ -534,8 +563,12 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     if (run_dir / "summary.json").exists():
         log(f"{run_dir} is complete (config hash {digest}); nothing to do")
         return json.loads((run_dir / "summary.json").read_text())
-    steps, total_batch, accum = recipe["steps"], recipe["total_batch_size"], recipe["grad_accum_steps"]
-    log(f"{run_dir}: {steps:,} steps of {total_batch:,} tokens (config hash {digest})\n{recipe_table(recipe)}")
+    total_batch, accum = recipe["total_batch_size"], recipe["grad_accum_steps"]
+    # a continued run counts on from the step it took over and holds that run's schedule at its final values
+    taken_over = json.loads((Path(cfg.continue_from) / "checkpoint" / "meta.json").read_text())["step"] \
+        if cfg.continue_from else 0
+    steps, schedule_steps = taken_over + recipe["steps"], taken_over or recipe["steps"]
+    log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens (config hash {digest})\n{recipe_table(recipe)}")
 
     model = build_model(cfg, tokenizer.vocab_size, device)
     if cfg.init_from and not resuming:  # a resumed run has its own weights
@@ -550,18 +583,29 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                            seed=cfg.seed, device=device)
 
     loader = batches("train")
+
+    def take_position(state: dict, source: Path) -> None:
+        "Continue the data stream and the random generators where the checkpoint `state` left them."
+        if len(state["loader"]) != world:
+            raise ValueError(f"{source} was written by {len(state['loader'])} processes; continue it with the same "
+                             f"number, not {world}")
+        loader.load_state_dict(state["loader"][rank])
+        set_rng_state(state["rng"])
+
     start, train_time, commits = 0, 0.0, []
     if resuming:
         state = load_checkpoint(run_dir / "checkpoint", model, optimizer)
         start, train_time, commits = state["step"], state["train_time"], state["commits"]
-        if len(state["loader"]) != world:
-            raise ValueError(f"{run_dir / 'checkpoint'} was written by {len(state['loader'])} processes; resume it "
-                             f"with the same number, not {world}")
-        loader.load_state_dict(state["loader"][rank])
-        set_rng_state(state["rng"])
+        take_position(state, run_dir / "checkpoint")
         log(f"resuming {run_dir} at step {start} ({train_time:.0f} s trained so far)")
-    elif rank == 0:
-        atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    else:
+        if cfg.continue_from:
+            state = continue_checkpoint(Path(cfg.continue_from), model, optimizer)
+            start = state["step"]
+            take_position(state, Path(cfg.continue_from) / "checkpoint")
+            log(f"continuing {cfg.continue_from} from its step {start}; initialised here: {state['fresh'] or 'nothing'}")
+        if rank == 0:
+            atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     metrics_path = run_dir / "metrics.jsonl"
     if rank == 0:
         _metrics_resume(metrics_path, start)
@@ -594,7 +638,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     step, part_time, last_line, first_epoch = start, 0.0, -math.inf, loader.epoch
     while True:
         last = step == steps
-        if last or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
+        taking_over = step == start == taken_over > 0 and not resuming  # the moment of conversion, before any update
+        if last or taking_over or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
             summary["val_bpb"] = evaluate(val_bpb)
             record({"step": step, "val_bpb": summary["val_bpb"]})
         if cfg.core_every > 0 and (last or (step > 0 and step % cfg.core_every == 0)):
@@ -632,7 +677,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             where = (f"the last good checkpoint is {saved} (step {json.loads((saved / 'meta.json').read_text())['step']})"
                      if saved.exists() else "no checkpoint was saved before it")
             raise TrainingDiverged(f"training loss is {loss_value} at step {step} of {run_dir}; stopped, {where}")
-        schedule = apply_schedule(optimizer, step, steps, cfg.warmup_steps, cfg.warmdown_ratio, cfg.final_lr_frac)
+        schedule = apply_schedule(optimizer, min(step, schedule_steps), schedule_steps, cfg.warmup_steps,
+                                  cfg.warmdown_ratio, cfg.final_lr_frac)
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
