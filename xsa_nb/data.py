@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from tqdm.auto import tqdm
 
 import xsa_nb
 from .tokenizer import Tokenizer, train_tokenizer
@@ -200,7 +201,7 @@ DATASETS = {
 
 
 def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
-                  verify: Callable[[Path], object] = check_shard, log=print) -> Path:
+                  verify: Callable[[Path], object] = check_shard, log=print, progress: tqdm | None = None) -> Path:
     "Fetch `url` to `dest` via a checked `.part` file and a rename, retrying; skip a valid existing `dest`."
     dest = Path(dest)
     if dest.exists():
@@ -215,7 +216,13 @@ def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, 
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as f:
                 expected = response.headers.get("Content-Length")
-                shutil.copyfileobj(response, f, 1 << 20)
+                if progress is not None and expected is not None:
+                    progress.total = (progress.total or 0) + int(expected)
+                    progress.refresh()
+                while chunk := response.read(1 << 20):
+                    f.write(chunk)
+                    if progress is not None:
+                        progress.update(len(chunk))
             if expected is not None and part.stat().st_size != int(expected):
                 raise ValueError(f"got {part.stat().st_size} bytes, the server announced {expected}")
             verify(part)
@@ -246,10 +253,13 @@ def download_shards(name: str, n: int, data_dir: Path | None = None, workers: in
     data_dir = Path(data_dir or dataset_dir(name))
     indices = list(range(min(n, remote.last_shard))) + [remote.last_shard]
 
-    def fetch(i: int) -> Path:
-        return download_file(remote.url(i), data_dir / f"shard_{i:05d}.parquet", retries, backoff, log=log)
+    bar = tqdm(total=0, unit="B", unit_scale=True, desc=f"{name} shards", mininterval=1.0)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    def fetch(i: int) -> Path:
+        return download_file(remote.url(i), data_dir / f"shard_{i:05d}.parquet", retries, backoff, log=log,
+                             progress=bar)
+
+    with bar, ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(fetch, i) for i in indices]
     failed = [str(f.exception()) for f in futures if f.exception() is not None]
     if failed:

@@ -23,7 +23,7 @@ from .data import default_data_dir
 from .eval import count_model_bpb, training_counts
 from .experiments import Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
-from .trainer import TrainConfig, run_tokenizer
+from .trainer import TrainConfig, resolve_settings, run_tokenizer
 
 # %% auto #0
 __all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
@@ -573,7 +573,7 @@ def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0, commit: str = 
     for run in preset.runs:
         d = Path(runs_dir) / run.name
         d.mkdir(parents=True, exist_ok=True)
-        cfg = TrainConfig(**run.train).to_dict() | {"run_dir": str(d)}
+        cfg = resolve_settings(TrainConfig(**run.train), "cpu").to_dict() | {"run_dir": str(d)}
         (d / "config.json").write_text(json.dumps(cfg))
         steps, tokens = cfg["steps"], cfg["seq_len"] * cfg["device_batch_size"]
         train = [{"step": i, "loss": 8 * math.exp(-i / 20) + 3 + rng.gauss(0, 0.05), "tokens": (i + 1) * tokens,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -29,47 +31,54 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 import xsa_nb
-from .data import PACKINGS, default_data_dir, default_tokenizer, make_loader
+from .data import (PACKINGS, default_data_dir, default_tokenizer, download_shards, iter_documents,
+                         make_loader, resolve_packing)
 from .docs import atomic_write_text
-from .eval import bits_per_byte, core_score
+from .eval import bits_per_byte, core_score, download_eval_bundle
 from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
-from .tokenizer import Tokenizer, token_bytes
+from .tokenizer import Tokenizer, token_bytes, train_tokenizer
 
 # %% auto #0
-__all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'UNHASHED_KEYS',
-           'NEW_SWITCH_PARAMS', 'TrainConfig', 'xsa_layer_spec', 'model_config', 'scaling_params', 'validate',
-           'resolve_recipe', 'optimizer_param_names', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state',
+__all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES',
+           'UNHASHED_KEYS', 'NEW_SWITCH_PARAMS', 'TrainConfig', 'TrainingDiverged', 'dist_info', 'resolve_device',
+           'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings',
+           'xsa_layer_spec', 'model_config', 'validate', 'scaling_params', 'run_tokenizer', 'planned_vocab_size',
+           'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'prepare_data', 'run_plan',
+           'plan_text', 'optimizer_param_names', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state',
            'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance',
-           'config_hash', 'config_differences', 'check_same_run', 'TrainingDiverged', 'dist_info', 'resolve_device',
-           'compute_dtype', 'synchronize', 'matmul_flops', 'run_tokenizer', 'build_model', 'build_optimizer',
-           'load_weights_from', 'continue_checkpoint', 'recipe_table', 'progress_line', 'train', 'read_metrics',
-           'read_config', 'load_run']
+           'config_hash', 'config_differences', 'check_same_run', 'resolve_run', 'build_model', 'build_optimizer',
+           'load_weights_from', 'continue_checkpoint', 'progress_line', 'train', 'read_metrics', 'read_config',
+           'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
+AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
+
+
 @dataclass
 class TrainConfig:
-    "Every knob of one training run; the recipe's defaults are nanochat's base_train (see `resolve_recipe`)."
+    "Every knob of one training run: nanochat's recipe by default, machine-sized settings `auto` (see below)."
     depth: int = 4                   # transformer layers
     aspect_ratio: int = 64           # width = depth × aspect_ratio rounded up to a multiple of head_dim (nanochat)
     head_dim: int = 128              # target head size (nanochat)
     n_embd: int = -1                 # explicit width; -1: from depth, aspect_ratio and head_dim
     n_head: int = -1                 # explicit number of heads (= kv heads); -1: width / head_dim
     xsa_alpha: float = 0.0           # XSA strength in [0, 1]; 0 is standard attention
-    xsa_layers: str = "all"          # "all" or "last:N"
+    xsa_layers: str = "all"          # "all", "last:N" or comma-separated layer indices
     residual: str = "standard"       # depth routing preset
     block_size: int = 2              # sublayers per block for the *_block presets
     residual_convert: bool = False   # routed term behind a zero-initialised gate (to convert a trained model)
     attn_sink: bool = False          # learned per-head attention sink logit
     init_from: str = ""              # a run directory whose final weights start this run (model weights only)
-    continue_from: str = ""          # a run directory this run continues: weights, optimizer, data, step (see below)
-    window_pattern: str = "L"        # nanochat's sliding-window pattern ("SSSL" on GPU)
-    seq_len: int = 256               # tokens per row
-    packing: str = "auto"            # rows from documents: "bestfit" (nanochat), "chunks", "auto" (chunks: embedded corpus)
-    device_batch_size: int = 8       # rows per forward pass per rank
-    total_batch_size: int = -1       # tokens per optimizer step; -1: nanochat's rule (2^19 at d12, ∝ horizon^0.383)
-    steps: int = -1                  # optimizer steps; -1: target_param_data_ratio × scaling parameters ÷ batch
+    continue_from: str = ""          # a run directory this run continues: weights, optimizer, data, step
+    window_pattern: str = AUTO       # nanochat's sliding-window pattern: SSSL on a GPU, L on the CPU
+    seq_len: int | str = AUTO        # tokens per row: 2048 on a GPU, 256 on the CPU
+    packing: str = AUTO              # rows from documents: "bestfit" (nanochat), "chunks" (auto: the embedded corpus)
+    device_batch_size: int | str = AUTO  # rows per forward pass per rank: 32 (16 beyond depth 20) on a GPU, 8 on the CPU
+    total_batch_size: int | str = AUTO   # tokens per optimizer step; -1: nanochat's rule (GPU auto); CPU auto: 8192
+    steps: int | str = AUTO          # optimizer steps; -1: target_param_data_ratio × scaling params (GPU auto)
     target_param_data_ratio: float = 12.0  # training tokens per scaling parameter (block matrices + lm_head)
     matrix_lr: float = 0.02          # Muon; every rate is given at nanochat's reference batch 2^19, × √(B / 2^19)
     embedding_lr: float = 0.3        # AdamW: token embedding (value embeddings at half)
@@ -82,29 +91,106 @@ class TrainConfig:
     final_lr_frac: float = 0.05
     grad_clip: float = 0.0           # clip the global gradient norm to this (0: off, as nanochat)
     seed: int = 0                    # initialisation and the order of the training data
-    data_dir: str = ""               # directory of parquet shards; "" is the embedded corpus
-    tokenizer_path: str = ""         # tokenizer file; "" is the one trained for the embedded corpus
+    data_dir: str = AUTO             # parquet shards: ClimbMix in ~/.cache/xsa_nb on a GPU; "" is the embedded corpus
+    tokenizer_path: str = AUTO       # tokenizer file: trained on ClimbMix on a GPU; "" is the embedded corpus's
     run_dir: str = "runs/default"
-    device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
-    dtype: str = "auto"              # "auto" (bf16 autocast on CUDA, fp32 on CPU), "float32", "bfloat16"
-    muon_dtype: str = "auto"         # Muon's Newton–Schulz dtype: "auto" (the compute dtype), "float32", "bfloat16"
-    compile: bool = False
-    eval_every: int = 100            # val bpb every N steps (and at the end); -1: only at the end
-    eval_tokens: int = 32768
-    core_every: int = -1             # CORE every N steps (and at the end) if > 0
-    core_bundle: str = ""            # eval bundle directory for CORE
-    save_every: int = 100            # checkpoint every N steps (and at the end)
+    device: str = AUTO               # "auto" (this rank's GPU if any), "cpu", "cuda", "cuda:1", ...
+    dtype: str = AUTO                # "auto" (bf16 autocast on CUDA, fp32 on CPU), "float32", "bfloat16"
+    muon_dtype: str = AUTO           # Muon's Newton–Schulz dtype: "auto" (the compute dtype), "float32", "bfloat16"
+    compile: bool | str = AUTO       # torch.compile the model (auto: on a GPU)
+    eval_every: int | str = AUTO     # val bpb every N steps and at the end (-1: only at the end); 250 GPU, 50 CPU
+    eval_tokens: int | str = AUTO    # validation tokens per evaluation: 80 × 2^19 on a GPU, 32768 on the CPU
+    core_every: int | str = AUTO     # CORE every N steps and at the end (0: only at the end, -1: never); 2000 GPU
+    core_bundle: str = AUTO          # eval bundle directory for CORE (auto on a GPU: ~/.cache/xsa_nb/eval_bundle)
+    save_every: int | str = AUTO     # checkpoint every N steps and at the end: 1000 on a GPU, 50 on the CPU
+    dry_run: bool = False            # print the resolved plan (data, recipe, shape, estimated time) and stop
     nan_at_step: int = -1            # test hook: make the loss NaN at this step
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+# %% ../nbs/08_trainer.ipynb #1c6fd02e
+class TrainingDiverged(RuntimeError):
+    "The training loss became NaN or infinite."
+
+
+def dist_info() -> tuple[int, int, int]:
+    "(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) for a single process."
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    "The device for `name` (`auto`: this rank's GPU if there is one, else the CPU)."
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{dist_info()[1]}"
+    return torch.device(name)
+
+
+def compute_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
+    "bf16 autocast on CUDA, fp32 elsewhere, unless `dtype` says otherwise."
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def synchronize(device: torch.device) -> None:
+    "Wait for the device's queued work (timing a GPU step needs it; a no-op on the CPU)."
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None,
+                 repeats: int = 5) -> float:
+    "Measured FLOP/s of an n×n matmul on `device` in `dtype` (best of `repeats`)."
+    n = n or (8192 if device.type == "cuda" else 1024)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        t = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+# %% ../nbs/08_trainer.ipynb #a0800024
+def cache_dir() -> Path:
+    "Where downloaded data, the trained tokenizer and the CORE bundle live: `$XSA_NB_CACHE` or `~/.cache/xsa_nb`."
+    return Path(os.environ.get("XSA_NB_CACHE", "~/.cache/xsa_nb")).expanduser()
+
+
+def device_settings(kind: str) -> dict:
+    "What each `auto` setting becomes on a `cuda` device (nanochat's base_train) or elsewhere (a small CPU run)."
+    if kind == "cuda":
+        return dict(seq_len=2048, device_batch_size=32, window_pattern="SSSL", total_batch_size=-1, steps=-1,
+                    compile=True, eval_every=250, eval_tokens=80 * 2 ** 19, core_every=2000, save_every=1000,
+                    data_dir=str(cache_dir() / "climbmix"), tokenizer_path=str(cache_dir() / "tokenizer.json"),
+                    core_bundle=str(cache_dir() / "eval_bundle"))
+    return dict(seq_len=256, device_batch_size=8, window_pattern="L", total_batch_size=8192, steps=120, compile=False,
+                eval_every=50, eval_tokens=32768, core_every=-1, save_every=50, data_dir="", tokenizer_path="",
+                core_bundle="")
+
+
+def resolve_settings(cfg: TrainConfig, device: torch.device | str | None = None) -> TrainConfig:
+    "`cfg` with every `auto` replaced by its value for `device` (default: `cfg.device` resolved), paths expanded."
+    device = resolve_device(str(device) if device is not None else cfg.device)
+    table = device_settings(device.type)
+    values = {k: table[k] for k, v in cfg.to_dict().items() if v == AUTO and k in table}
+    if "device_batch_size" in values and device.type == "cuda" and cfg.depth > 20:
+        values["device_batch_size"] //= 2  # nanochat's d24 runs 16 rows per pass
+    cfg = dataclasses.replace(cfg, device=str(device), **values)
+    dtype = str(compute_dtype(device, cfg.dtype)).removeprefix("torch.")
+    expand = lambda path: str(Path(path).expanduser()) if path else ""
+    data_dir = expand(cfg.data_dir)
+    return dataclasses.replace(cfg, dtype=dtype, muon_dtype=dtype if cfg.muon_dtype == AUTO else cfg.muon_dtype,
+                               data_dir=data_dir, tokenizer_path=expand(cfg.tokenizer_path),
+                               core_bundle=expand(cfg.core_bundle),
+                               packing=resolve_packing(cfg.packing, Path(data_dir) if data_dir else None))
+
 # %% ../nbs/08_trainer.ipynb #a0800002
-B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
-REF_DEPTH = 12           # nanochat's reference model for the batch-size and weight-decay rules
-BATCH_EXPONENT = 0.383   # optimal batch ∝ horizon^0.383 (the Power Lines fit nanochat follows)
-
-
 def xsa_layer_spec(spec: str) -> str | list[int]:
     "`xsa_layers` as `GPTConfig` takes it: 'all', 'last:N', or comma-separated layer indices as a list."
     if spec == "all" or spec.startswith("last:"):
@@ -116,7 +202,7 @@ def xsa_layer_spec(spec: str) -> str | list[int]:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) -> GPTConfig:
-    "The `GPTConfig` of `cfg`; at another `depth`, nanochat's shape rule alone (no explicit width or heads)."
+    "The `GPTConfig` of resolved settings `cfg`; at another `depth`, nanochat's shape rule alone (no explicit width)."
     shape = dict(aspect_ratio=cfg.aspect_ratio, head_dim=cfg.head_dim)
     if depth is None:
         depth = cfg.depth
@@ -130,6 +216,72 @@ def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) ->
                     residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink)
     return GPTConfig.from_depth(depth, sequence_len=cfg.seq_len, vocab_size=vocab_size, **shape, **switches)
 
+# %% ../nbs/08_trainer.ipynb #7ae2e47d
+def _is_cache(path: str, name: str) -> bool:
+    "Whether `path` is the default cache location `name` (which a run prepares on demand)."
+    return bool(path) and Path(path).expanduser() == cache_dir() / name
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    "Check a configuration (as resolved on this machine) before any work; raise ValueError naming the bad value."
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ValueError(msg)
+    auto = {"window_pattern", "seq_len", "packing", "device_batch_size", "total_batch_size", "steps", "data_dir",
+            "tokenizer_path", "device", "dtype", "muon_dtype", "compile", "eval_every", "eval_tokens", "core_every",
+            "core_bundle", "save_every"}
+    for name, value in cfg.to_dict().items():
+        need(value != AUTO or name in auto, f"{name} cannot be 'auto'; allowed for: {', '.join(sorted(auto))}")
+    need(cfg.device == AUTO or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
+         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
+    for name in ("dtype", "muon_dtype"):
+        need(getattr(cfg, name) in (AUTO, "float32", "bfloat16"),
+             f"{name} must be auto, float32 or bfloat16, got {getattr(cfg, name)!r}")
+    need(cfg.packing in PACKINGS, f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
+    s = resolve_settings(cfg)
+    integer = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size"):
+        need(integer(getattr(s, name)) and getattr(s, name) >= 1,
+             f"{name} must be an integer >= 1, got {getattr(s, name)!r}")
+    for name in ("n_embd", "n_head", "total_batch_size", "steps"):
+        value = getattr(s, name)
+        need(integer(value) and (value == -1 or value >= 1),
+             f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
+    for name in ("eval_every", "eval_tokens", "core_every", "save_every", "warmup_steps"):
+        need(integer(getattr(s, name)), f"{name} must be an integer, got {getattr(s, name)!r}")
+    need(isinstance(s.compile, bool), f"compile must be true, false or auto, got {s.compile!r}")
+    need(0.0 <= float(s.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {s.xsa_alpha!r}")
+    need(s.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {s.residual!r}")
+    need(s.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {s.target_param_data_ratio!r}")
+    for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
+        need(getattr(s, name) > 0, f"{name} must be > 0, got {getattr(s, name)!r}")
+    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
+    need(s.warmup_steps >= 0, f"warmup_steps must be >= 0, got {s.warmup_steps!r}")
+    need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
+    need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
+    if s.data_dir and not _is_cache(s.data_dir, "climbmix"):
+        need(Path(s.data_dir).is_dir(), f"data_dir {s.data_dir!r} does not exist or is not a directory")
+    if s.tokenizer_path and not _is_cache(s.tokenizer_path, "tokenizer.json"):
+        need(Path(s.tokenizer_path).is_file(), f"tokenizer_path {s.tokenizer_path!r} is not a file")
+    for name in ("init_from", "continue_from"):
+        if getattr(s, name):
+            need((Path(getattr(s, name)) / "checkpoint" / "model.safetensors").is_file(),
+                 f"{name} {getattr(s, name)!r} is not a run directory with a checkpoint (no checkpoint/model.safetensors)")
+    need(not (s.init_from and s.continue_from), "init_from and continue_from exclude each other: give one")
+    need(not s.continue_from or s.steps > 0,
+         f"continue_from needs steps > 0 (the steps after the one taken over), got steps={s.steps!r}")
+    if s.core_every >= 0 and not _is_cache(s.core_bundle, "eval_bundle"):
+        need(bool(s.core_bundle) and Path(s.core_bundle).is_dir(),
+             f"core_every >= 0 needs core_bundle to be an eval bundle directory, got {s.core_bundle!r}")
+    model_config(s, 64)  # the shape (n_embd, n_head, head_dim) and xsa_layers must fit the depth
+    return cfg
+
+# %% ../nbs/08_trainer.ipynb #a0800004
+B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
+REF_DEPTH = 12           # nanochat's reference model for the batch-size and weight-decay rules
+BATCH_EXPONENT = 0.383   # optimal batch ∝ horizon^0.383 (the Power Lines fit nanochat follows)
+TOKENIZER_VOCAB = 32768  # the vocabulary a run trains its tokenizer with when it prepares ClimbMix (nanochat's)
+
 
 def _meta_model(gcfg: GPTConfig) -> GPT:
     with torch.device("meta"):
@@ -141,57 +293,25 @@ def scaling_params(model: GPT) -> int:
     counts = model.num_params_by_group()
     return counts["transformer_matrices"] + counts["lm_head"]
 
-# %% ../nbs/08_trainer.ipynb #7ae2e47d
-def validate(cfg: TrainConfig) -> TrainConfig:
-    "Check a configuration before any work; raise ValueError naming the bad value and what is allowed."
-    def need(ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(msg)
-    for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size"):
-        value = getattr(cfg, name)
-        need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-             f"{name} must be an integer >= 1, got {value!r}")
-    for name in ("n_embd", "n_head", "total_batch_size", "steps"):
-        value = getattr(cfg, name)
-        need(isinstance(value, int) and not isinstance(value, bool) and (value == -1 or value >= 1),
-             f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
-    need(0.0 <= float(cfg.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {cfg.xsa_alpha!r}")
-    need(cfg.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {cfg.residual!r}")
-    need(cfg.packing in PACKINGS, f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
-    need(cfg.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {cfg.target_param_data_ratio!r}")
-    for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
-        need(getattr(cfg, name) > 0, f"{name} must be > 0, got {getattr(cfg, name)!r}")
-    need(cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay!r}")
-    need(isinstance(cfg.warmup_steps, int) and cfg.warmup_steps >= 0,
-         f"warmup_steps must be an integer >= 0, got {cfg.warmup_steps!r}")
-    need(0.0 <= cfg.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {cfg.warmdown_ratio!r}")
-    need(0.0 <= cfg.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {cfg.final_lr_frac!r}")
-    for name in ("dtype", "muon_dtype"):
-        need(getattr(cfg, name) in ("auto", "float32", "bfloat16"),
-             f"{name} must be auto, float32 or bfloat16, got {getattr(cfg, name)!r}")
-    need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
-         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
-    if cfg.data_dir:
-        need(Path(cfg.data_dir).is_dir(), f"data_dir {cfg.data_dir!r} does not exist or is not a directory")
-    if cfg.tokenizer_path:
-        need(Path(cfg.tokenizer_path).is_file(), f"tokenizer_path {cfg.tokenizer_path!r} is not a file")
-    for name in ("init_from", "continue_from"):
-        if getattr(cfg, name):
-            need((Path(getattr(cfg, name)) / "checkpoint" / "model.safetensors").is_file(),
-                 f"{name} {getattr(cfg, name)!r} is not a run directory with a checkpoint (no checkpoint/model.safetensors)")
-    need(not (cfg.init_from and cfg.continue_from), "init_from and continue_from exclude each other: give one")
-    need(not cfg.continue_from or cfg.steps > 0,
-         f"continue_from needs steps > 0 (the steps after the one taken over), got steps={cfg.steps!r}")
-    if cfg.core_every > 0:
-        need(bool(cfg.core_bundle) and Path(cfg.core_bundle).is_dir(),
-             f"core_every > 0 needs core_bundle to be an eval bundle directory, got {cfg.core_bundle!r}")
-    model_config(cfg, 64)  # the shape (n_embd, n_head, head_dim) and xsa_layers must fit the depth
-    return cfg
 
-# %% ../nbs/08_trainer.ipynb #a0800004
-def resolve_recipe(cfg: TrainConfig, vocab_size: int | None = None, world_size: int = 1) -> dict:
-    "Every number nanochat's base_train derives for `cfg`: horizon, batch, learning rates, weight decay, shape."
-    vocab_size = vocab_size or run_tokenizer(cfg).vocab_size
+def run_tokenizer(cfg: TrainConfig) -> Tokenizer:
+    "The tokenizer a run uses: `cfg.tokenizer_path` (resolved), or the embedded corpus's."
+    return Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
+
+
+def planned_vocab_size(cfg: TrainConfig) -> int:
+    "The vocabulary of the run's tokenizer, or the one it will be trained with when the run prepares it."
+    path = cfg.tokenizer_path
+    if path and not Path(path).is_file() and _is_cache(path, "tokenizer.json"):
+        return TOKENIZER_VOCAB
+    return run_tokenizer(cfg).vocab_size
+
+
+def resolve_recipe(cfg: TrainConfig, vocab_size: int | None = None, world_size: int = 1,
+                   device: torch.device | str | None = None) -> dict:
+    "Every number nanochat's base_train derives for `cfg` on `device`: horizon, batch, learning rates, weight decay."
+    cfg = resolve_settings(cfg, device)
+    vocab_size = vocab_size or planned_vocab_size(cfg)
     model = _meta_model(model_config(cfg, vocab_size))
     counts, n_scaling = model.num_params_by_group(), scaling_params(model)
     target_tokens = int(cfg.target_param_data_ratio * n_scaling)
@@ -215,6 +335,109 @@ def resolve_recipe(cfg: TrainConfig, vocab_size: int | None = None, world_size: 
                 unembedding_lr=cfg.unembedding_lr * lr_batch_scale, scalar_lr=cfg.scalar_lr * lr_batch_scale,
                 lr_scale=cfg.lr_scale, weight_decay=cfg.weight_decay * lr_batch_scale * d_ref / target_tokens,
                 warmup_steps=cfg.warmup_steps, warmdown_ratio=cfg.warmdown_ratio, final_lr_frac=cfg.final_lr_frac)
+
+
+
+def recipe_table(recipe: dict) -> str:
+    "The resolved recipe as aligned `name  value` lines (printed at the start of a run)."
+    fmt = lambda v: f"{v:,}" if isinstance(v, int) else f"{v:.6g}" if isinstance(v, float) else str(v)
+    return "\n".join(f"  {k:<24} {fmt(v)}" for k, v in recipe.items())
+
+# %% ../nbs/08_trainer.ipynb #a0800027
+SHARD_CHARS = 250_000_000        # characters per ClimbMix shard (nanochat's runs/speedrun.sh)
+SHARD_BYTES = 100_000_000        # bytes per ClimbMix shard on disk, about (nanochat's runs/speedrun.sh)
+TOKENIZER_SHARDS = 8             # shards the tokenizer is trained on (≈ 2e9 characters, nanochat's tok_train)
+PLANNED_CHARS_PER_TOKEN = 4.8    # assumed before a tokenizer exists to measure it
+STATED_PEAK_FLOPS = 989e12       # bf16 dense peak of an H100 / H200 SXM (nanochat's table), for plans without the GPU
+ASSUMED_MFU = 0.4
+
+
+def chars_per_token(tokenizer: Tokenizer, data_dir: Path, documents: int = 2000) -> float:
+    "Characters per token of `tokenizer` on the first `documents` training documents of `data_dir`."
+    texts = list(itertools.islice(iter_documents(data_dir, "train"), documents))
+    return sum(map(len, texts)) / sum(map(len, tokenizer.encode_batch(texts)))
+
+
+def shards_needed(tokens: int, chars_per_tok: float) -> int:
+    "Training shards a horizon of `tokens` reads, plus one spare."
+    return math.ceil(tokens * chars_per_tok / SHARD_CHARS) + 1
+
+
+def _fetch(what: str, command: str, fetch):
+    "Run `fetch()`; if the network fails, say what is missing and which command gets it."
+    try:
+        return fetch()
+    except (OSError, RuntimeError) as e:
+        raise RuntimeError(f"{what} is missing and could not be fetched ({str(e).splitlines()[0]}). On a machine with "
+                           f"network run `{command}`, or give the path explicitly") from e
+
+
+def prepare_data(cfg: TrainConfig, tokens: int, log=print, base_url: str | None = None, retries: int = 3,
+                 vocab_size: int = TOKENIZER_VOCAB) -> dict:
+    "Fetch the shards, train the tokenizer and fetch the CORE bundle that resolved settings `cfg` need, if missing."
+    done = {}
+    if _is_cache(cfg.data_dir, "climbmix"):
+        data_dir = Path(cfg.data_dir)
+        first = lambda n: _fetch(f"ClimbMix shards in {data_dir}", f"xsa_nb data download climbmix -n {n}",
+                                 lambda: download_shards("climbmix", n, data_dir, base_url=base_url, retries=retries,
+                                                         log=log))
+        first(TOKENIZER_SHARDS)
+        if _is_cache(cfg.tokenizer_path, "tokenizer.json") and not Path(cfg.tokenizer_path).is_file():
+            log(f"training the tokenizer ({vocab_size} ids) on {data_dir}")
+            train_tokenizer(iter_documents(data_dir, "train"), vocab_size).save(Path(cfg.tokenizer_path))
+            done["tokenizer"] = cfg.tokenizer_path
+        cpt = chars_per_token(run_tokenizer(cfg), data_dir)
+        n = shards_needed(tokens, cpt)
+        if n > TOKENIZER_SHARDS:
+            first(n)
+        done.update(chars_per_token=cpt, training_shards=max(n, TOKENIZER_SHARDS))
+    if cfg.core_every >= 0 and _is_cache(cfg.core_bundle, "eval_bundle") and not (Path(cfg.core_bundle) / "core.yaml").is_file():
+        _fetch(f"the CORE eval bundle {cfg.core_bundle}", f"xsa_nb data eval-bundle {cfg.core_bundle}",
+               lambda: download_eval_bundle(Path(cfg.core_bundle).parent))
+        done["core_bundle"] = cfg.core_bundle
+    return done
+
+
+def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
+    "What a run would do, resolved on this machine, without doing it: settings, data to fetch, recipe, time."
+    s = resolve_settings(cfg)
+    recipe = resolve_recipe(s, world_size=world_size)
+    data = {"data_dir": s.data_dir or "embedded corpus", "tokenizer": s.tokenizer_path or "embedded corpus's"}
+    if _is_cache(s.data_dir, "climbmix"):
+        tokenizer_ready = Path(s.tokenizer_path).is_file() and Path(s.data_dir).is_dir()
+        cpt = chars_per_token(run_tokenizer(s), Path(s.data_dir)) if tokenizer_ready else PLANNED_CHARS_PER_TOKEN
+        have = {p.name for p in Path(s.data_dir).glob("shard_*.parquet")} if Path(s.data_dir).is_dir() else set()
+        wanted = shards_needed(recipe["tokens"], cpt)
+        fetch = wanted + 1 - len(have)  # the training shards and the validation shard
+        data.update(chars_per_token=cpt, chars_per_token_source="measured" if tokenizer_ready else "assumed",
+                    shards_needed=wanted, shards_to_fetch=max(0, fetch), bytes_to_fetch=max(0, fetch) * SHARD_BYTES,
+                    tokenizer_to_train=not Path(s.tokenizer_path).is_file())
+    device = torch.device(s.device)
+    here = device.type != "cuda" or torch.cuda.is_available()
+    peak = matmul_flops(device, getattr(torch, s.dtype)) if here else STATED_PEAK_FLOPS
+    flops = recipe["flops_per_token"] * recipe["tokens"]
+    return {"settings": s.to_dict(), "recipe": recipe, "data": data, "peak_flops": peak,
+            "peak_source": "measured here" if here else "stated (H100 / H200 bf16 dense)", "assumed_mfu": ASSUMED_MFU,
+            "training_flops": flops, "estimated_seconds": flops / (peak * ASSUMED_MFU * world_size)}
+
+
+def plan_text(plan: dict) -> str:
+    "The plan of `run_plan` as lines for people."
+    s, r, d = plan["settings"], plan["recipe"], plan["data"]
+    hours = plan["estimated_seconds"] / 3600
+    lines = [f"device {s['device']} ({s['dtype']}, compile {s['compile']}), rows {s['device_batch_size']} × "
+             f"{s['seq_len']} tokens, windows {s['window_pattern']}, packing {s['packing']}",
+             f"model: depth {r['n_layer']}, width {r['n_embd']}, {r['n_head']} heads of {r['head_dim']}, "
+             f"{r['params']:,} parameters ({r['scaling_params']:,} scaling), {r['flops_per_token']:,} FLOPs per token",
+             f"data: {d['data_dir']}, tokenizer {d['tokenizer']}"]
+    if "shards_needed" in d:
+        lines.append(f"  {d['shards_needed']} training shards needed ({d['chars_per_token']:.2f} characters per token, "
+                     f"{d['chars_per_token_source']}); to fetch: {d['shards_to_fetch']} shards, "
+                     f"≈ {d['bytes_to_fetch'] / 1e9:.1f} GB; tokenizer to train: {d['tokenizer_to_train']}")
+    lines += ["recipe:", recipe_table(r),
+              f"time: {plan['training_flops']:.3g} FLOPs at {plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.0f} "
+              f"TFLOP/s ({plan['peak_source']}) ≈ {hours:.2f} h"]
+    return "\n".join(lines)
 
 # %% ../nbs/08_trainer.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -388,12 +611,12 @@ def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) ->
             "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "world_size": world_size}
 
 
-UNHASHED_KEYS = ("run_dir", "nan_at_step")  # where a run lives and a test hook: not what it is
+UNHASHED_KEYS = ("run_dir", "dry_run", "nan_at_step")  # where a run lives, and switches that train nothing
 
 
-def config_hash(cfg: TrainConfig, recipe: dict) -> str:
-    "A short hash of everything that decides a run's result: its configuration and the recipe resolved from it."
-    config = {k: v for k, v in cfg.to_dict().items() if k not in UNHASHED_KEYS}
+def config_hash(settings: TrainConfig, recipe: dict) -> str:
+    "A short hash of everything that decides a run's result: its resolved settings and the recipe derived from them."
+    config = {k: v for k, v in settings.to_dict().items() if k not in UNHASHED_KEYS}
     return hashlib.sha256(json.dumps({"config": config, "recipe": recipe}, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -403,75 +626,31 @@ def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
     return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and saved.get(k, "<absent>") != now.get(k))
 
 
-def check_same_run(run_dir: Path, cfg: TrainConfig, recipe: dict) -> None:
-    "Refuse to continue or reuse `run_dir` if it was made with another configuration or recipe, naming what differs."
+def check_same_run(run_dir: Path, cfg: TrainConfig, digest: str) -> None:
+    "Refuse to continue or reuse `run_dir` unless it was made with configuration `cfg` resolved to hash `digest`."
     run_dir = Path(run_dir)
     saved = json.loads((run_dir / "config.json").read_text())
     recorded = [json.loads(p.read_text()).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
                                                                          run_dir / "summary.json") if p.is_file()]
     diff = config_differences(saved, cfg)
-    if diff or any(h != config_hash(cfg, recipe) for h in recorded):
-        what = f"differs in {diff}" if diff else "same settings, but the recipe resolved from them changed"
+    if diff or any(h != digest for h in recorded):
+        what = (f"differs in {diff}" if diff else
+                "same settings, resolved differently here: another device, or code that derives the recipe changed")
         raise ValueError(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
                          "delete the old one")
 
-# %% ../nbs/08_trainer.ipynb #1c6fd02e
-class TrainingDiverged(RuntimeError):
-    "The training loss became NaN or infinite."
 
-
-def dist_info() -> tuple[int, int, int]:
-    "(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) for a single process."
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    "The device for `name` (`auto`: this rank's GPU if there is one, else the CPU)."
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        name = f"cuda:{dist_info()[1]}"
-    return torch.device(name)
-
-
-def compute_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
-    "bf16 autocast on CUDA, fp32 elsewhere, unless `dtype` says otherwise."
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
-
-
-def synchronize(device: torch.device) -> None:
-    "Wait for the device's queued work (timing a GPU step needs it; a no-op on the CPU)."
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: int | None = None,
-                 repeats: int = 5) -> float:
-    "Measured FLOP/s of an n×n matmul on `device` in `dtype` (best of `repeats`)."
-    n = n or (8192 if device.type == "cuda" else 1024)
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        t = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best
+def resolve_run(cfg: TrainConfig, world_size: int = 1) -> tuple[TrainConfig, dict, str]:
+    "The settings, recipe and config hash `cfg` resolves to on this machine."
+    settings = resolve_settings(cfg)
+    recipe = resolve_recipe(settings, world_size=world_size)
+    return settings, recipe, config_hash(settings, recipe)
 
 # %% ../nbs/08_trainer.ipynb #91cdf777
-def run_tokenizer(cfg: TrainConfig) -> Tokenizer:
-    "The tokenizer a run uses: `cfg.tokenizer_path`, or the embedded corpus's."
-    return Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
-
-
 def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device | str) -> GPT:
-    "The GPT a configuration describes, initialised with its seed, on `device`."
+    "The GPT a configuration describes (its `auto` settings resolved for `device`), initialised with its seed."
     torch.manual_seed(cfg.seed)
-    model = _meta_model(model_config(cfg, vocab_size))
+    model = _meta_model(model_config(resolve_settings(cfg, device), vocab_size))
     model.to_empty(device=device)
     model.init_weights()
     return model
@@ -479,8 +658,8 @@ def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device | str) -
 
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
     "nanochat's `MuonAdamW` with the recipe's rates and weight decay, `lr_scale` on every rate, Newton–Schulz in `muon_dtype`."
-    recipe = recipe or resolve_recipe(cfg, model.config.vocab_size)
-    ns_dtype = dtype if cfg.muon_dtype == "auto" else getattr(torch, cfg.muon_dtype)
+    recipe = recipe or resolve_recipe(cfg, model.config.vocab_size, device=model.get_device())
+    ns_dtype = dtype if cfg.muon_dtype == AUTO else getattr(torch, cfg.muon_dtype)
     optimizer = model.setup_optimizer(unembedding_lr=recipe["unembedding_lr"], embedding_lr=recipe["embedding_lr"],
                                       matrix_lr=recipe["matrix_lr"], scalar_lr=recipe["scalar_lr"],
                                       weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype)
@@ -527,12 +706,6 @@ def _metrics_resume(path: Path, start_step: int) -> None:
         atomic_write_text(path, "".join(l + "\n" for l in keep))
 
 
-def recipe_table(recipe: dict) -> str:
-    "The resolved recipe as aligned `name  value` lines (printed at the start of a run)."
-    fmt = lambda v: f"{v:,}" if isinstance(v, int) else f"{v:.6g}" if isinstance(v, float) else str(v)
-    return "\n".join(f"  {k:<24} {fmt(v)}" for k, v in recipe.items())
-
-
 def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds: float, done: int) -> str:
     "One plain-text progress line: step, loss, throughput, elapsed time and the time left at this pace."
     eta = seconds / max(done, 1) * (steps - step - 1)
@@ -542,24 +715,32 @@ def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds:
 
 
 def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable | None = None) -> dict:
-    "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (`progress`: a tqdm bar)."
+    "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (a plan when `dry_run`)."
     validate(cfg)
     rank, _, world = dist_info()
+    if cfg.dry_run:
+        plan = run_plan(cfg, world)
+        log(plan_text(plan))
+        return plan
+    requested, cfg = cfg, resolve_settings(cfg)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() and cfg.device != "cpu" else "gloo")
+        dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo", timeout=timedelta(hours=6))
     if world > 1 and cfg.grad_clip > 0:
         raise ValueError("grad_clip > 0 is not supported under torchrun: MuonAdamW averages gradients inside its "
                          "step, after clipping would have to happen; set grad_clip=0")
-    device = resolve_device(cfg.device)
-    dtype = compute_dtype(device, cfg.dtype)
+    device, dtype = torch.device(cfg.device), getattr(torch, cfg.dtype)
     run_dir = Path(cfg.run_dir)
+    if rank == 0:  # data the defaults point at, fetched once; the other ranks wait for it
+        prepare_data(cfg, resolve_recipe(cfg, world_size=world)["tokens"], log)
+    if world > 1:
+        dist.barrier()
     data_dir = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
     tokenizer = run_tokenizer(cfg)
     recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
     digest = config_hash(cfg, recipe)
     resuming = (run_dir / "checkpoint").exists()
     if resuming or (run_dir / "summary.json").exists():
-        check_same_run(run_dir, cfg, recipe)
+        check_same_run(run_dir, requested, digest)
     if (run_dir / "summary.json").exists():
         log(f"{run_dir} is complete (config hash {digest}); nothing to do")
         return json.loads((run_dir / "summary.json").read_text())
@@ -568,7 +749,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     taken_over = json.loads((Path(cfg.continue_from) / "checkpoint" / "meta.json").read_text())["step"] \
         if cfg.continue_from else 0
     steps, schedule_steps = taken_over + recipe["steps"], taken_over or recipe["steps"]
-    log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens (config hash {digest})\n{recipe_table(recipe)}")
+    log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} "
+        f"(config hash {digest})\n{recipe_table(recipe)}")
 
     model = build_model(cfg, tokenizer.vocab_size, device)
     if cfg.init_from and not resuming:  # a resumed run has its own weights
@@ -605,13 +787,14 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             take_position(state, Path(cfg.continue_from) / "checkpoint")
             log(f"continuing {cfg.continue_from} from its step {start}; initialised here: {state['fresh'] or 'nothing'}")
         if rank == 0:
-            atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+            atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
     metrics_path = run_dir / "metrics.jsonl"
     if rank == 0:
         _metrics_resume(metrics_path, start)
     made_by = provenance(device, dtype, world)
     commits = sorted(set(commits) | {made_by["commit"]})
-    meta = {"config": cfg.to_dict(), "recipe": recipe, "config_hash": digest, "provenance": made_by}
+    meta = {"config": requested.to_dict(), "settings": cfg.to_dict(), "recipe": recipe, "config_hash": digest,
+            "provenance": made_by}
 
     peak = matmul_flops(device, dtype)
     step_model = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -642,7 +825,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         if last or taking_over or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
             summary["val_bpb"] = evaluate(val_bpb)
             record({"step": step, "val_bpb": summary["val_bpb"]})
-        if cfg.core_every > 0 and (last or (step > 0 and step % cfg.core_every == 0)):
+        if cfg.core_every >= 0 and (last or (cfg.core_every > 0 and step > 0 and step % cfg.core_every == 0)):
             summary["core"] = evaluate(lambda: core_score(model, tokenizer, Path(cfg.core_bundle), device=device)["core"])
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
@@ -705,7 +888,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             last_line = time.perf_counter()
         step += 1
     bar.close()
-    summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, recipe=recipe,
+    summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, settings=cfg.to_dict(), recipe=recipe,
                    config_hash=digest, commits=commits, provenance=made_by, params=model.num_params_by_group(),
                    flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world)
     if rank == 0:
@@ -733,9 +916,12 @@ def read_config(run_dir: Path) -> TrainConfig:
 
 
 def load_run(run_dir: Path, device: str = "auto") -> tuple[TrainConfig, GPT, Tokenizer]:
-    "(config, model in eval mode, tokenizer) of a run directory written by `train`."
-    cfg = read_config(run_dir)
+    "(settings the run trained with, model in eval mode, tokenizer) of a run directory written by `train`."
+    read_config(run_dir)  # refuses a run directory of another version
+    meta = json.loads((check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json").read_text())
+    device = resolve_device(device)
+    cfg = dataclasses.replace(TrainConfig(**meta["settings"]), device=str(device))
     tokenizer = run_tokenizer(cfg)
-    model = build_model(cfg, tokenizer.vocab_size, resolve_device(device))
+    model = build_model(cfg, tokenizer.vocab_size, device)
     load_checkpoint(Path(run_dir) / "checkpoint", model)
     return cfg, model.eval(), tokenizer
