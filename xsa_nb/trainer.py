@@ -51,7 +51,7 @@ __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'S
            'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance',
            'config_hash', 'config_differences', 'check_same_run', 'resolve_run', 'build_model', 'build_optimizer',
            'load_weights_from', 'continue_checkpoint', 'progress_line', 'train', 'read_metrics', 'read_config',
-           'load_run']
+           'read_settings', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -915,12 +915,17 @@ def read_config(run_dir: Path) -> TrainConfig:
     return TrainConfig(**saved)
 
 
-def load_run(run_dir: Path, device: str = "auto") -> tuple[TrainConfig, GPT, Tokenizer]:
-    "(settings the run trained with, model in eval mode, tokenizer) of a run directory written by `train`."
+def read_settings(run_dir: Path) -> TrainConfig:
+    "The settings a run trained with: its configuration with every `auto` resolved as it was on its machine."
     read_config(run_dir)  # refuses a run directory of another version
     meta = json.loads((check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json").read_text())
+    return TrainConfig(**meta["settings"])
+
+
+def load_run(run_dir: Path, device: str = "auto") -> tuple[TrainConfig, GPT, Tokenizer]:
+    "(settings the run trained with, model in eval mode, tokenizer) of a run directory written by `train`."
     device = resolve_device(device)
-    cfg = dataclasses.replace(TrainConfig(**meta["settings"]), device=str(device))
+    cfg = dataclasses.replace(read_settings(run_dir), device=str(device))
     tokenizer = run_tokenizer(cfg)
     model = build_model(cfg, tokenizer.vocab_size, device)
     load_checkpoint(Path(run_dir) / "checkpoint", model)
