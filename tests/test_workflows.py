@@ -179,9 +179,11 @@ def test_test_job_replays_in_a_fresh_clone(tmp_path):
                 action = step["uses"].split("@")[0]
                 assert action in STAND_INS, f"the replay has no stand-in for {action}"
                 if action == "actions/checkout":
+                    start = time.monotonic()
                     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(workspace)], check=True)
                     subprocess.run(["git", "checkout", "--quiet", "--detach", head.stdout.strip()], cwd=workspace,
                                    check=True)
+                    log.append(f"{time.monotonic() - start:7.1f} s  {name}: git clone")
                 continue
             if name.startswith(RUNNER_SETUP):
                 skipped.append(name)
@@ -209,8 +211,10 @@ def test_test_job_replays_in_a_fresh_clone(tmp_path):
                             f"{res.stderr[-10000:]}", pytrace=False)
             ran.append(name)
     finally:
-        print("replayed in", workspace, *log, sep="\n")
+        start = time.monotonic()
         shutil.rmtree(workspace, ignore_errors=True)  # its .venv alone is over a GB
+        print(f"replayed {head.stdout.strip()} in {workspace}", *log,
+              f"{time.monotonic() - start:7.1f} s  removing the clone", sep="\n")
     run_steps = [s.get("name", "") for s in job["steps"] if "run" in s]
     assert ran == [n for n in run_steps if not n.startswith(RUNNER_SETUP)], (ran, run_steps)
     assert skipped == [n for n in run_steps if n.startswith(RUNNER_SETUP)], skipped
