@@ -25,7 +25,6 @@ STAND_INS = {"actions/checkout": "a fresh `git clone` of HEAD",
 # Unless XSA_NB_REPLAY=full, these steps get a narrowing argument appended, so that replaying them inside the test
 # suite does not run every notebook and test a second time (and the replayed pytest does not replay itself).
 NARROWED = {".venv/bin/nbdev_test": "--path nbs/00_index.ipynb", ".venv/bin/pytest": "tests/test_readme.py"}
-STEP_TIMEOUT_S = 1800
 
 
 def load(name: str) -> dict:
@@ -146,15 +145,16 @@ def github_env(workspace: Path, shim: Path, runner_temp: Path, *blocks: dict | N
 
 @pytest.mark.slow
 def test_test_job_replays_in_a_fresh_clone(tmp_path):
-    """Proves that the push / pull-request job's `run:` steps, in the workflow's order and exactly as written, pass
-    in a fresh clone of the committed HEAD (uncommitted changes are not in it), run by bash as GitHub runs them
-    (`--noprofile --norc -eo pipefail`) with GitHub's CI variables and a PATH holding no virtual environment, so
-    the workflow cannot drift from the Makefile. Stand-ins: actions/checkout is `git clone`; actions/setup-python
-    is the interpreter running this test (so one Python version, not the matrix); steps named "Runner setup: ..."
-    are skipped (they reach download.pytorch.org; `make install` then installs torch==2.13.0 through this
-    machine's pip setup). Every other step must run. By default the nbdev_test and pytest steps are narrowed to
-    one notebook and one test file (NARROWED); XSA_NB_REPLAY=full replays them verbatim (every notebook and test
-    again, about ten minutes on 2 cores)."""
+    """Proves that the push / pull-request job's `run:` steps, in the workflow's order and as written, pass in a
+    fresh clone of the committed HEAD (uncommitted changes are not in it), run by bash as GitHub runs them
+    (`--noprofile --norc -eo pipefail`) with GitHub's CI variables and a PATH holding no virtual environment, each
+    within the job's timeout-minutes, so the workflow cannot drift from the Makefile. Stand-ins: actions/checkout
+    is `git clone`; actions/setup-python is the interpreter running this test (so one Python version, not the
+    matrix); steps named "Runner setup: ..." are skipped (they reach download.pytorch.org; `make install` then
+    installs torch==2.13.0 through this machine's pip setup). Every other step must run. By default the nbdev_test
+    and pytest steps are narrowed to one notebook and one test file (NARROWED): about 5 min on 2 shared cores,
+    nearly all of it make install's fresh .venv (2.5-3 min) and removing it (about 2 min); XSA_NB_REPLAY=full
+    replays them verbatim (every notebook and test a second time)."""
     if os.environ.get("GITHUB_ACTIONS") == "true":
         pytest.skip("running under GitHub Actions (or inside a replay): the workflow itself runs these steps")
     if shutil.which("git") is None or not (ROOT / ".git").exists():
@@ -164,6 +164,7 @@ def test_test_job_replays_in_a_fresh_clone(tmp_path):
     job = wf["jobs"][TEST_JOB[1]]
     assert {"push", "pull_request"} <= set(wf["on"]) and "if" not in job, "the replayed job must run on push and PR"
     assert wf.get("defaults", {}).get("run", {}).get("shell") == "bash", "run steps must use bash (the replay does)"
+    timeout_s = 60 * job["timeout-minutes"]
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True)
     workspace, shim, runner_temp = tmp_path / "xsa_nb", tmp_path / "setup-python", tmp_path / "runner_temp"
     shim.mkdir()
@@ -202,9 +203,9 @@ def test_test_job_replays_in_a_fresh_clone(tmp_path):
             try:
                 res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(path)],
                                      cwd=workspace / step.get("working-directory", "."), env=env,
-                                     stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+                                     stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"step {name!r} ran past {STEP_TIMEOUT_S} s", pytrace=False)
+                pytest.fail(f"step {name!r} ran past the job's {timeout_s} s", pytrace=False)
             log.append(f"{time.monotonic() - start:7.1f} s  {name}: {script}")
             if res.returncode != 0:
                 pytest.fail(f"step {name!r} ({script}) exited {res.returncode}:\n{res.stdout[-5000:]}\n"
