@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -21,9 +23,9 @@ from execnb.nbio import read_nb, write_nb
 from nbdev.config import get_config
 
 # %% auto #0
-__all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'atomic_write_text', 'skip_flags',
-           'notebook_hash', 'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports',
-           'executed_copy', 'run_cli', 'build_site']
+__all__ = ['README_NOTE', 'QUIET_KERNEL', 'split_directives', 'readme_from_index', 'sync_readme', 'atomic_write_bytes',
+           'atomic_write_text', 'skip_flags', 'notebook_hash', 'execute_notebook', 'run_papermill', 'sphinx_anchor',
+           'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -83,19 +85,25 @@ def sync_readme(root: Path | None = None, check: bool = False) -> bool:
     return True
 
 # %% ../nbs/91_docs.ipynb #3fb53b14
-def atomic_write_text(path: Path, text: str) -> Path:
-    "Write `text` to `path` through a temporary sibling file and an atomic rename."
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    "Write `data` to `path` through a temporary sibling file (usual file mode) and an atomic rename."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    "Write `text` (UTF-8) to `path` through a temporary sibling file and an atomic rename."
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 # %% ../nbs/91_docs.ipynb #80bf85d5
 def skip_flags() -> list[str]:
@@ -144,6 +152,31 @@ def _write_nb_atomic(nb, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.tmp")
     write_nb(nb, tmp)
     os.replace(tmp, dest)
+
+# %% ../nbs/91_docs.ipynb #2cde7678
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
+
+
+def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True) -> Path:
+    "Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success."
+    import papermill as pm
+
+    out = Path(out)
+    running, failed = (out.with_name(f"{out.stem}.{state}{out.suffix}") for state in ("running", "failed"))
+    was_empty = not out.parent.is_dir() or not any(out.parent.iterdir())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(str(src), str(running), parameters=params, cwd=str(cwd or Path.cwd()), progress_bar=False,
+                            stdout_file=sys.stdout if echo else None, stderr_file=sys.stderr if echo else None,
+                            extra_arguments=QUIET_KERNEL)
+    except BaseException:
+        if running.exists():
+            os.replace(running, failed)
+        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name}:
+            shutil.rmtree(out.parent)
+        raise
+    os.replace(running, out)
+    return out
 
 # %% ../nbs/91_docs.ipynb #9411d11e
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---", re.S)
