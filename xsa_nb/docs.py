@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -265,14 +266,17 @@ def cells_mixing_imports(path: Path) -> list[int]:
     return bad
 
 # %% ../nbs/91_docs.ipynb #ff217e84
-def executed_copy(src: Path, exec_dir: Path) -> Path:
+def executed_copy(src: Path, exec_dir: Path, log=print) -> Path:
     "Return a fresh executed copy of notebook `src` in `exec_dir`, executing it only if missing or stale."
     dest = Path(exec_dir) / Path(src).name
     if dest.exists():
         meta = json.loads(dest.read_text(encoding="utf-8")).get("metadata", {}).get("xsa_nb", {})
         if meta.get("source_sha256") == notebook_hash(src):
             return dest
+    start = time.time()
+    log(f"executing {Path(src).name} (no fresh executed copy in {exec_dir})")
     run_cli(["docs", "execute", str(src), str(dest)])
+    log(f"executed {Path(src).name} in {time.time() - start:.0f} s")
     return dest
 
 
@@ -282,7 +286,7 @@ def run_cli(args: list[str]) -> None:
     subprocess.run([sys.executable, "-c", code, *args], check=True)
 
 
-def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True) -> Path:
+def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True, log=print) -> Path:
     "Build the static docs site from the notebooks into `out` (default `docs/_build/html`); return its index.html."
     from nbdev.serve import proc_nbs
 
@@ -295,7 +299,8 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     for nb in nbs:
-        shutil.copy(executed_copy(nb, exec_dir) if execute else nb, stage / nb.name)
+        shutil.copy(executed_copy(nb, exec_dir, log) if execute else nb, stage / nb.name)
+    log(f"processing {len(nbs)} notebooks with nbdev (show_doc signatures, hidden cells)")
     proc_dir = Path(proc_nbs(path=str(stage), force=True, n_workers=2))  # worker processes: nbdev executes cells
     shutil.rmtree(stage)
     shutil.rmtree(src_dir, ignore_errors=True)
@@ -327,6 +332,7 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))
     index["cells"][-1]["source"] = "```{toctree}\n:maxdepth: 1\n:caption: Notebooks\n\n" + "\n".join(toc) + "\n```"
     (src_dir / "index.ipynb").write_text(json.dumps(index, indent=1), encoding="utf-8")
+    log(f"sphinx-build: {len(toc) + 1} pages into {out}")
     subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                     "-c", str(root / "docs"), str(src_dir), str(out)], check=True)
     return out / "index.html"
