@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PRESET ?= cpu
 STAMP := $(VENV)/.xsa_nb-installed
 
-.PHONY: install test reproduce docs sync clean
+.PHONY: install test test-slow reproduce docs sync clean
 
 install: $(STAMP)
 
@@ -31,8 +31,14 @@ sync: install
 	$(BIN)/xsa_nb docs readme --check || status=1; \
 	exit $$status
 
+# The default tier (pyproject.toml deselects `slow`): every notebook under nbdev's rules and the fast end-to-end tests.
 test: sync
 	$(BIN)/pytest
+
+# The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, benchmarks) and the tests
+# marked `slow` (the smoke reproduction). CI runs both tiers.
+test-slow: sync
+	$(BIN)/pytest -m slow
 
 reproduce: install
 	$(BIN)/xsa_nb reproduce --preset $(PRESET)
@@ -41,4 +47,4 @@ docs: install
 	$(BIN)/xsa_nb docs build
 
 clean:
-	rm -rf _proc _exec _exec_stage docs/_src docs/_build runs .pytest_cache
+	rm -rf _proc _exec _exec_stage docs/_src docs/_build runs .pytest_cache _artifacts

@@ -12,3 +12,7 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "sphinx_book_theme"
 html_title = "xsa_nb"
 html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True}
+html_context = {"default_mode": "auto"}  # the theme's colour mode before a reader picks one (empty: a console error)
+html_static_path = ["_static"]
+html_css_files = ["xsa_nb.css"]  # tables scroll inside the content column instead of spilling over it
+html_favicon = "_static/favicon.svg"  # without one, every browser asks for /favicon.ico and logs a 404

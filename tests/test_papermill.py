@@ -1,5 +1,6 @@
 """The training and evaluation notebooks run under papermill: values given with -p really reach them, a short CPU
-run writes a complete run directory whose loss decreases, and bad parameters fail before any work."""
+run writes a complete run directory whose loss decreases, a run without run_dir gets a fresh directory, and bad
+parameters (a misspelt name, an unreadable value, an invalid one) fail before any work."""
 import json
 import os
 import subprocess
@@ -13,10 +14,10 @@ SMALL = ["-p", "seq_len", "64", "-p", "device_batch_size", "4", "-p", "total_bat
          "-p", "warmup_steps", "2", "-p", "save_every", "10"]
 
 
-def papermill(notebook, out, *params):
+def papermill(notebook, out, *params, cwd=None):
     env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}  # a real run, not the notebook's test mode
     cmd = [sys.executable, "-m", "papermill", str(ROOT / "nbs" / notebook), str(out), *params]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +63,33 @@ def test_every_trainer_knob_is_a_parameter():
     assert names == {f.name for f in dataclasses.fields(TrainConfig)}
 
 
-@pytest.mark.parametrize("param, value, message", [
-    ("depth", "0", "depth must be an integer >= 1, got 0"),
-    ("xsa_alpha", "1.5", "xsa_alpha must lie in [0, 1], got 1.5"),
-    ("residual", "highway", "residual must be one of"),
-    ("data_dir", "/no/such/dir", "data_dir '/no/such/dir' does not exist"),
+def test_every_eval_knob_is_a_parameter_with_its_default():
+    from xsa_nb.cli import notebook_params
+    from xsa_nb.eval import EvalConfig
+    import dataclasses
+    params = notebook_params(ROOT / "nbs" / "11_eval.ipynb")
+    assert {k: p["default"] for k, p in params.items()} == dataclasses.asdict(EvalConfig())
+
+
+@pytest.mark.parametrize("notebook, param, value, message", [
+    ("10_train.ipynb", "depth", "0", "depth must be an integer >= 1, got 0"),
+    ("10_train.ipynb", "data_dir", "/no/such/dir", "data_dir '/no/such/dir' does not exist"),
+    ("10_train.ipynb", "stepz", "3", "unknown parameter 'stepz' (did you mean 'steps'?)"),
+    ("10_train.ipynb", "xsa_alpha", "abc", "xsa_alpha: could not read 'abc' as a number"),
+    ("11_eval.ipynb", "run_dir", "runs/missing", "run_dir 'runs/missing' does not exist"),
 ])
-def test_bad_parameters_fail_before_any_work(tmp_path, param, value, message):
-    res = papermill("10_train.ipynb", tmp_path / "out.ipynb", "-p", param, value, "-p", "run_dir", str(tmp_path / "run"))
+def test_bad_parameters_fail_before_any_work(tmp_path, notebook, param, value, message):
+    res = papermill(notebook, "out.ipynb", "-p", param, value, cwd=tmp_path)
     assert res.returncode != 0
     assert message in res.stderr + res.stdout
-    assert not (tmp_path / "run").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.ipynb"]  # papermill's record of the failure, nothing else
+
+
+def test_runs_without_run_dir_do_not_collide(tmp_path):
+    """The README's papermill line names no run_dir: two such runs with different configurations each get a fresh
+    directory (they used to share runs/default, where the second was refused)."""
+    for depth in ("1", "2"):
+        res = papermill("10_train.ipynb", f"d{depth}.ipynb", "-p", "depth", depth, "-p", "steps", "2", *SMALL, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-5000:]
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert [json.loads((r / "config.json").read_text())["depth"] for r in runs] == [1, 2], runs

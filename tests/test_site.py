@@ -1,5 +1,8 @@
 """The docs site builds offline with `sphinx-build -W` and has a page for every notebook, with show_doc
-signatures and every figure the executed notebooks produced."""
+signatures and every figure the executed notebooks produced. Then every page is loaded in a headless Chromium, as a
+reader sees it: no console errors, the maths typeset, every image loaded, the results pages showing their tables and
+figures, no table wider than the content column. Screenshots of the landing page, 01_xsa and the cpu results are
+kept in `_artifacts/screenshots/`."""
 import json
 import re
 
@@ -7,7 +10,26 @@ import pytest
 
 from xsa_nb.docs import build_site
 
+from browser import Browser, find_chromium, serve
 from conftest import NOTEBOOKS, ROOT
+
+ARTIFACTS = ROOT / "_artifacts" / "screenshots"
+SCREENSHOTS = {"index.html": "index.png", "01_xsa.html": "01_xsa.png", "results/cpu/index.html": "results_cpu.png"}
+FACTS = """(() => {
+  const column = document.querySelector("article.bd-article"), box = column.getBoundingClientRect();
+  const maths = [...column.querySelectorAll(".math")];
+  return {
+    maths: maths.length,
+    typeset: maths.filter(m => m.querySelector("mjx-container") && !m.querySelector("mjx-merror")).length,
+    images: document.images.length,
+    broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute("src")),
+    tables: [...column.querySelectorAll("table")].map(t => {
+      const r = t.getBoundingClientRect();
+      return {left: r.left - box.left, right: box.right - r.right, hidden: t.scrollWidth - t.clientWidth,
+              scrolls: ["auto", "scroll"].includes(getComputedStyle(t).overflowX)};
+    }),
+  };
+})()"""
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +68,67 @@ def test_index_links_every_notebook(site):
     html = (site / "index.html").read_text(encoding="utf-8")
     for nb in NOTEBOOKS[1:]:
         assert f'href="{nb.stem}.html"' in html, f"index does not link {nb.stem}"
+
+
+@pytest.fixture(scope="module")
+def browsed(site):
+    "Every page of the site loaded over HTTP in headless Chromium: `{page: facts}`, each with its console errors."
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium found (set CHROMIUM, or `apt-get install chromium` as .ci/run does): "
+                    "the docs site was not checked in a browser")
+    server = serve(site)
+    browser = Browser(chromium)
+    try:
+        pages = {}
+        for path in sorted(site.rglob("*.html")):
+            page = path.relative_to(site).as_posix()
+            if page.startswith(("_", "genindex", "search")):  # Sphinx's own index and search pages: not content
+                continue
+            browser.open(f"http://127.0.0.1:{server.server_address[1]}/{page}")
+            pages[page] = browser.evaluate(FACTS) | {"errors": browser.errors}
+            if page in SCREENSHOTS:
+                browser.screenshot(ARTIFACTS / SCREENSHOTS[page])
+        return pages
+    finally:
+        browser.close()
+        server.shutdown()
+
+
+def test_every_page_is_seen(browsed):
+    expected = {"index.html"} | {f"{nb.stem}.html" for nb in NOTEBOOKS[1:]} | {"results/bench.html"}
+    assert expected <= set(browsed), sorted(expected - set(browsed))
+    assert all((ARTIFACTS / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in SCREENSHOTS.values())
+
+
+def test_no_console_errors(browsed):
+    errors = {page: facts["errors"] for page, facts in browsed.items() if facts["errors"]}
+    assert not errors, errors
+
+
+def test_math_is_typeset(browsed):
+    untypeset = {page: f"{f['typeset']} of {f['maths']}" for page, f in browsed.items() if f["typeset"] < f["maths"]}
+    assert not untypeset, untypeset
+    assert browsed["01_xsa.html"]["maths"] > 50 and browsed["index.html"]["maths"] > 0  # the check saw maths
+
+
+def test_every_image_loads(browsed):
+    broken = {page: f["broken"] for page, f in browsed.items() if f["broken"]}
+    assert not broken, broken
+
+
+def test_results_pages_show_their_tables_and_figures(browsed):
+    results = sorted((ROOT / "docs" / "results").rglob("*.md"))
+    shown = [p for p in results if p.name == "index.md" or p.parent == ROOT / "docs" / "results"]
+    assert shown, "no results pages"
+    for md in shown:
+        page = md.relative_to(ROOT / "docs").with_suffix(".html").as_posix()
+        text = md.read_text(encoding="utf-8")
+        tables, figures = len(re.findall(r"^\|[-| :]+\|$", text, re.M)), text.count("![")
+        assert len(browsed[page]["tables"]) == tables and browsed[page]["images"] >= figures, (page, tables, figures)
+
+
+def test_no_table_is_wider_than_the_content_column(browsed):
+    spilling = {page: t for page, f in browsed.items() for t in f["tables"]
+                if t["left"] < -1 or t["right"] < -1 or (t["hidden"] > 0 and not t["scrolls"])}
+    assert not spilling, spilling

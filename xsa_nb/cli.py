@@ -6,24 +6,29 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import difflib
+import json
 import sys
+import time
+import typing
 from pathlib import Path
 
 from nbdev.config import get_config
 
+import xsa_nb
 from . import data, docs
 from .tokenizer import train_tokenizer
 
 # %% auto #0
-__all__ = ['reproduce', 'run_data_command', 'parse_params', 'run_notebook', 'build_parser', 'main']
+__all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'convert_param', 'check_params',
+           'notebook_parameters', 'notebook_params', 'fresh_run_dir', 'repo_root', 'checked_train_params',
+           'checked_eval_params', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #ea6994d1
 def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, log=print) -> list[Path]:
     "Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files."
-    import time
-
-    import papermill as pm
-
     from xsa_nb.experiments import get_preset, run_experiment, without_env
     from xsa_nb.report import REPORT_FILES
 
@@ -32,11 +37,9 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, log
     start = time.time()
     run_experiment(preset, root, nproc=nproc, log=log)
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
-    report_nb = root / "runs" / preset / "report.ipynb"
-    report_nb.parent.mkdir(parents=True, exist_ok=True)
     with without_env("IN_TEST"):
-        pm.execute_notebook(str(root / "nbs" / "12_report.ipynb"), str(report_nb),
-                            parameters={"preset": preset, "root": str(root)}, cwd=str(root), progress_bar=False)
+        docs.run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
+                           {"preset": preset, "root": str(root)}, cwd=root)
     out = root / "docs" / "results" / preset
     if preset == "cpu":  # the README shows the cpu headline table
         docs.sync_readme(root)
@@ -96,21 +99,208 @@ def run_data_command(args: argparse.Namespace, log=print) -> None:
                 log(f"{split:5} {p}: {meta.num_rows} documents in {meta.num_row_groups} row groups")
 
 # %% ../nbs/90_cli.ipynb #485ce80c
+def resolve_type(value: str):
+    "A `-p` value typed as papermill's command line types it: True, False, None, an int, a float, else the text."
+    if value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[value]
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def parse_params(pairs: list[list[str]] | None) -> dict:
-    "`[[key, value], ...]` from repeated `-p KEY VALUE` options, values typed as YAML scalars (as papermill does)."
-    import yaml
-    return {k: yaml.safe_load(v) for k, v in (pairs or [])}
+    "`{key: value}` from repeated `-p KEY VALUE` options, each value typed by `resolve_type`."
+    return {k: resolve_type(v) for k, v in (pairs or [])}
+
+# %% ../nbs/90_cli.ipynb #904a4f07
+def _as_bool(v) -> bool:
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    if not isinstance(v, bool):
+        raise ValueError(v)
+    return v
 
 
-def run_notebook(name: str, out: Path, params: dict, root: Path | None = None) -> Path:
-    "Execute `nbs/<name>` with papermill and `params` into `out` (the working directory is the current one)."
+def _as_int(v) -> int:
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(v)
+    return int(v)
+
+
+def _as_float(v) -> float:
+    if isinstance(v, bool) or v is None:
+        raise ValueError(v)
+    return float(v)
+
+
+def _as_str(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        raise ValueError(v)
+    return str(v)
+
+
+_READERS = {bool: (_as_bool, "True or False"), int: (_as_int, "an integer"), float: (_as_float, "a number"),
+            str: (_as_str, "text")}
+
+
+def convert_param(name: str, value, kind: type):
+    "`value` of parameter `name` read as `kind` (bool, int, float, str, or one of them | str for 'auto'; others pass)."
+    options = typing.get_args(kind)
+    if len(options) == 2 and str in options:  # a setting that may be "auto"
+        if value == "auto":
+            return value
+        kind = next(o for o in options if o is not str)
+    if kind not in _READERS:
+        return value
+    read, expected = _READERS[kind]
+    expected += " (or auto)" if options else ""
+    try:
+        return read(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: could not read {value!r} as {expected}") from None
+
+
+def check_params(params: dict, config: type) -> dict:
+    "`params` read as the field types of dataclass `config`; unknown names refused, naming the closest valid one."
+    names = [f.name for f in dataclasses.fields(config)]
+    unknown = [k for k in params if k not in names]
+    if unknown:
+        said = [f"{k!r}" + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(k, names, n=1))
+                for k in unknown]
+        raise ValueError(f"unknown parameter{'s' * (len(unknown) > 1)} {', '.join(said)}; "
+                         f"the parameters are: {', '.join(names)}")
+    types = typing.get_type_hints(config)
+    return {k: convert_param(k, v, types[k]) for k, v in params.items()}
+
+# %% ../nbs/90_cli.ipynb #a87e25ee
+_INJECTABLE = (bool, int, float, str, list, dict, type(None))
+
+
+def notebook_parameters(namespace: dict) -> dict:
+    "The parameters in a notebook's namespace (`globals()`): public names bound to values papermill can inject."
+    return {k: v for k, v in namespace.items() if isinstance(v, _INJECTABLE) and k not in ("In", "Out")
+            and not k.startswith(("_", "PAPERMILL_"))}
+
+
+def notebook_params(path: Path) -> dict[str, dict]:
+    "The parameters cell of notebook `path` as papermill reads it: `{name: {'default', 'source', 'help'}}`."
     import papermill as pm
-    root = Path(root or get_config().config_path)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(root / "nbs" / name), str(out), parameters=params, cwd=str(Path.cwd()))
-    return Path(out)
+    return {name: {"default": ast.literal_eval(p["default"]), "source": p["default"], "help": p["help"]}
+            for name, p in pm.inspect_notebook(str(path)).items()}
+
+# %% ../nbs/90_cli.ipynb #a2325a85
+def fresh_run_dir(depth: int, runs: Path = Path("runs")) -> Path:
+    "A run directory not used yet: `runs/<date>-<time>-d<depth>`, with `-2`, `-3`, ... if that name is taken."
+    path = base = Path(runs) / time.strftime(f"%Y%m%d-%H%M%S-d{depth}")
+    n = 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def repo_root() -> Path:
+    "The source checkout the package is installed from: `train` and `eval` run its notebooks, from any directory."
+    return Path(xsa_nb.__file__).resolve().parents[1]
+
+
+def _defaults(notebook: str, root: Path) -> dict:
+    "The default value of every parameter of `nbs/<notebook>`."
+    return {name: p["default"] for name, p in notebook_params(root / "nbs" / notebook).items()}
+
+
+def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict:
+    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated; raise ValueError."
+    from xsa_nb.trainer import TrainConfig, validate
+    knobs = check_params(params, TrainConfig)
+    if direct and not knobs.get("run_dir"):
+        raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
+    defaults = {} if direct else _defaults("10_train.ipynb", root)
+    if not knobs.get("run_dir"):
+        knobs["run_dir"] = str(fresh_run_dir(knobs.get("depth", defaults.get("depth"))))
+    validate(TrainConfig(**(defaults | knobs)))
+    return knobs
+
+
+def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
+    "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise ValueError."
+    from xsa_nb.eval import EvalConfig, validate_eval_config
+    knobs = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
+    validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | knobs)))
+    return knobs
+
+
+def eval_results(ev: dict) -> str:
+    "The numbers of an `eval.json`, as lines for the terminal."
+    rounded = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
+    lines = [f"val bpb {ev['val_bpb']:.4f}"]
+    lines += [f"bpb on {d}: {v:.4f}" for d, v in ev.get("extra_bpb", {}).items()]
+    if "core" in ev:
+        lines.append(f"CORE {ev['core']['core']:.4f}")
+    att = ev["attention"]
+    lines.append(f"per layer: cos(y_i, v_i) before XSA {rounded(att['cos_before'])}, after {rounded(att['cos_after'])}; "
+                 f"diagonal attention mass {rounded(att['diagonal_mass'])}")
+    if "routing" in ev:
+        lines.append(f"max routing weight per layer (+ final read) {rounded(ev['routing']['max_weight_by_layer'])}")
+    return "\n".join(lines)
+
+
+def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
+    "Carry out a parsed `xsa_nb train` / `xsa_nb eval`: check everything, run, report; return the exit status."
+    from papermill.exceptions import PapermillExecutionError
+    root = Path(root or repo_root())
+    params = parse_params(args.param)
+    try:
+        if args.command == "train":
+            params = checked_train_params(params, root, direct=args.direct)
+        else:
+            params = checked_eval_params(args.run_dir, params, root)
+    except ValueError as e:
+        print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    run_dir = Path(params["run_dir"])
+    if args.command == "train" and args.direct:
+        from xsa_nb.trainer import TrainConfig, train
+        train(TrainConfig(**params))
+        return 0
+    print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
+    name = "10_train.ipynb" if args.command == "train" else "11_eval.ipynb"
+    out = run_dir / ("train.ipynb" if args.command == "train" else "eval.ipynb")
+    try:
+        docs.run_papermill(root / "nbs" / name, out, params, cwd=Path.cwd())
+    except PapermillExecutionError as e:
+        failed = out.with_name(out.stem + ".failed.ipynb")
+        kept = f"; the executed notebook is {failed}" if failed.exists() else ""
+        print(f"xsa_nb {args.command}: {e.ename} in cell {e.exec_count}: {e.evalue}{kept}", file=sys.stderr)
+        return 1
+    if args.command == "eval":
+        print(f"results of {run_dir} (eval.json):\n" + eval_results(json.loads((run_dir / "eval.json").read_text())))
+    else:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        print(f"trained {run_dir}: {summary['steps']} steps, val bpb {summary['val_bpb']:.4f}; "
+              f"evaluate it with: xsa_nb eval {run_dir}")
+    return 0
 
 # %% ../nbs/90_cli.ipynb #de9cca71
+class ParamsHelp(argparse.Action):
+    "`-h` of `train` and `eval`: the usage, then every parameter of the notebook with its default and meaning."
+
+    def __init__(self, option_strings, dest, notebook: str = "", **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show this help and every parameter, then exit", **kwargs)
+        self.notebook = notebook
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        params = notebook_params(repo_root() / "nbs" / self.notebook)
+        width, dwidth = max(map(len, params)), max(len(p["source"]) for p in params.values())
+        parser.epilog = (f"parameters (-p NAME VALUE) of nbs/{self.notebook}, with their defaults:\n" +
+                         "\n".join(f"  {n:<{width}}  {p['source']:<{dwidth}}  {p['help']}" for n, p in params.items()))
+        parser.print_help()
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     "The argument parser of the `xsa_nb` console script."
     p = argparse.ArgumentParser(prog="xsa_nb", description="XSA, Muon and delta depth routing for small GPTs.")
@@ -126,15 +316,24 @@ def build_parser() -> argparse.ArgumentParser:
     e = dsub.add_parser("execute", help="execute one notebook under nbdev's test rules, keeping outputs")
     e.add_argument("notebook", type=Path)
     e.add_argument("out", type=Path)
+    e.add_argument("--slow", action="store_true", help="also run the cells flagged slow (make test-slow)")
 
     _add_data_parser(sub)
 
-    t = sub.add_parser("train", help="one training run (nbs/10_train.ipynb through papermill)")
-    t.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="a 10_train parameter")
+    raw = argparse.RawDescriptionHelpFormatter
+    t = sub.add_parser("train", help="one training run (nbs/10_train.ipynb through papermill)", add_help=False,
+                       formatter_class=raw, description="Train one model: nbs/10_train.ipynb through papermill, the "
+                       "executed notebook kept as RUN_DIR/train.ipynb (default RUN_DIR: a fresh runs/<date>-<time>-d<depth>).")
+    t.add_argument("-h", "--help", action=ParamsHelp, notebook="10_train.ipynb")
+    t.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a 10_train parameter")
     t.add_argument("--direct", action="store_true", help="call the trainer directly (for torchrun), no notebook")
-    ev = sub.add_parser("eval", help="evaluate a run directory (nbs/11_eval.ipynb through papermill)")
-    ev.add_argument("run_dir", type=Path)
-    ev.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="an 11_eval parameter")
+    ev = sub.add_parser("eval", help="evaluate a run directory (nbs/11_eval.ipynb through papermill)", add_help=False,
+                        formatter_class=raw, description="Evaluate a finished run: nbs/11_eval.ipynb through papermill, "
+                        "the executed notebook kept as RUN_DIR/eval.ipynb; the results are written to RUN_DIR/eval.json "
+                        "and printed.")
+    ev.add_argument("-h", "--help", action=ParamsHelp, notebook="11_eval.ipynb")
+    ev.add_argument("run_dir", type=Path, help="a run directory written by xsa_nb train (or 10_train)")
+    ev.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="an 11_eval parameter")
 
     bn = sub.add_parser("bench", help="speed, memory and MFU of every variant, side by side")
     bn.add_argument("--gpu", action="store_true", help="the d12 / d24 GPU benchmark (bf16 + compile) instead")
@@ -158,19 +357,12 @@ def main(argv: list[str] | None = None) -> int:
                 print("README.md is out of step with nbs/00_index.ipynb: run `xsa_nb docs readme`", file=sys.stderr)
                 return 1
         elif args.docs_command == "execute":
-            docs.execute_notebook(args.notebook, args.out)
+            flags = [f for f in docs.skip_flags() if not (args.slow and f == "slow")]
+            docs.execute_notebook(args.notebook, args.out, flags=flags)
     elif args.command == "data":
         run_data_command(args)
-    elif args.command == "train":
-        params = parse_params(args.param)
-        if args.direct:
-            from xsa_nb.trainer import TrainConfig, train
-            train(TrainConfig(**params))
-        else:
-            run_dir = Path(params.setdefault("run_dir", "runs/default"))
-            run_notebook("10_train.ipynb", run_dir / "train.ipynb", params)
-    elif args.command == "eval":
-        run_notebook("11_eval.ipynb", args.run_dir / "eval.ipynb", {"run_dir": str(args.run_dir)} | parse_params(args.param))
+    elif args.command in ("train", "eval"):
+        return run_command(args)
     elif args.command == "bench":
         from xsa_nb import bench
         out = args.out or Path(get_config().config_path) / "docs" / "results"

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -21,9 +24,9 @@ from execnb.nbio import read_nb, write_nb
 from nbdev.config import get_config
 
 # %% auto #0
-__all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'atomic_write_text', 'skip_flags',
-           'notebook_hash', 'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports',
-           'executed_copy', 'run_cli', 'build_site']
+__all__ = ['README_NOTE', 'QUIET_KERNEL', 'split_directives', 'readme_from_index', 'sync_readme', 'atomic_write_bytes',
+           'atomic_write_text', 'skip_flags', 'notebook_hash', 'execute_notebook', 'run_papermill', 'sphinx_anchor',
+           'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -83,19 +86,25 @@ def sync_readme(root: Path | None = None, check: bool = False) -> bool:
     return True
 
 # %% ../nbs/91_docs.ipynb #3fb53b14
-def atomic_write_text(path: Path, text: str) -> Path:
-    "Write `text` to `path` through a temporary sibling file and an atomic rename."
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    "Write `data` to `path` through a temporary sibling file (usual file mode) and an atomic rename."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    "Write `text` (UTF-8) to `path` through a temporary sibling file and an atomic rename."
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 # %% ../nbs/91_docs.ipynb #80bf85d5
 def skip_flags() -> list[str]:
@@ -144,6 +153,31 @@ def _write_nb_atomic(nb, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.tmp")
     write_nb(nb, tmp)
     os.replace(tmp, dest)
+
+# %% ../nbs/91_docs.ipynb #2cde7678
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
+
+
+def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True) -> Path:
+    "Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success."
+    import papermill as pm
+
+    out = Path(out)
+    running, failed = (out.with_name(f"{out.stem}.{state}{out.suffix}") for state in ("running", "failed"))
+    was_empty = not out.parent.is_dir() or not any(out.parent.iterdir())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(str(src), str(running), parameters=params, cwd=str(cwd or Path.cwd()), progress_bar=False,
+                            stdout_file=sys.stdout if echo else None, stderr_file=sys.stderr if echo else None,
+                            extra_arguments=QUIET_KERNEL)
+    except BaseException:
+        if running.exists():
+            os.replace(running, failed)
+        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name}:
+            shutil.rmtree(out.parent)
+        raise
+    os.replace(running, out)
+    return out
 
 # %% ../nbs/91_docs.ipynb #9411d11e
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---", re.S)
@@ -232,14 +266,17 @@ def cells_mixing_imports(path: Path) -> list[int]:
     return bad
 
 # %% ../nbs/91_docs.ipynb #ff217e84
-def executed_copy(src: Path, exec_dir: Path) -> Path:
+def executed_copy(src: Path, exec_dir: Path, log=print) -> Path:
     "Return a fresh executed copy of notebook `src` in `exec_dir`, executing it only if missing or stale."
     dest = Path(exec_dir) / Path(src).name
     if dest.exists():
         meta = json.loads(dest.read_text(encoding="utf-8")).get("metadata", {}).get("xsa_nb", {})
         if meta.get("source_sha256") == notebook_hash(src):
             return dest
+    start = time.time()
+    log(f"executing {Path(src).name} (no fresh executed copy in {exec_dir})")
     run_cli(["docs", "execute", str(src), str(dest)])
+    log(f"executed {Path(src).name} in {time.time() - start:.0f} s")
     return dest
 
 
@@ -249,7 +286,7 @@ def run_cli(args: list[str]) -> None:
     subprocess.run([sys.executable, "-c", code, *args], check=True)
 
 
-def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True) -> Path:
+def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True, log=print) -> Path:
     "Build the static docs site from the notebooks into `out` (default `docs/_build/html`); return its index.html."
     from nbdev.serve import proc_nbs
 
@@ -262,7 +299,8 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     for nb in nbs:
-        shutil.copy(executed_copy(nb, exec_dir) if execute else nb, stage / nb.name)
+        shutil.copy(executed_copy(nb, exec_dir, log) if execute else nb, stage / nb.name)
+    log(f"processing {len(nbs)} notebooks with nbdev (show_doc signatures, hidden cells)")
     proc_dir = Path(proc_nbs(path=str(stage), force=True, n_workers=2))  # worker processes: nbdev executes cells
     shutil.rmtree(stage)
     shutil.rmtree(src_dir, ignore_errors=True)
@@ -294,6 +332,7 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))
     index["cells"][-1]["source"] = "```{toctree}\n:maxdepth: 1\n:caption: Notebooks\n\n" + "\n".join(toc) + "\n```"
     (src_dir / "index.ipynb").write_text(json.dumps(index, indent=1), encoding="utf-8")
+    log(f"sphinx-build: {len(toc) + 1} pages into {out}")
     subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                     "-c", str(root / "docs"), str(src_dir), str(out)], check=True)
     return out / "index.html"

@@ -201,7 +201,7 @@ def torchrun_command(params: dict, nproc: int) -> list[str]:
     "The torchrun command line that trains `params` on `nproc` GPUs of this node."
     cmd = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "--no-python", "xsa_nb", "train", "--direct"]
     for k, v in params.items():
-        cmd += ["-p", k, json.dumps(v) if isinstance(v, (bool, str)) else str(v)]
+        cmd += ["-p", k, str(v)]  # read back by parse_params, as papermill reads -p
     return cmd
 
 
