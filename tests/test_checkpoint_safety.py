@@ -64,3 +64,14 @@ def test_eval_refuses_a_pickled_checkpoint(planted):
     assert "pickles, which can run code when loaded" in res.stdout + res.stderr
     assert not marker.exists()
     assert not (run / "eval.json").exists()
+
+
+def test_convert_command_needs_trust_and_rejects_the_planted_object(planted):
+    run, marker = planted
+    xsa_nb = str(Path(sys.executable).parent / "xsa_nb")
+    refused = subprocess.run([xsa_nb, "checkpoint", "convert", str(run)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "pass --trust" in refused.stderr, refused.stderr
+    trusted = subprocess.run([xsa_nb, "checkpoint", "convert", str(run), "--trust"], capture_output=True, text=True)
+    assert trusted.returncode != 0 and "Weights only load failed" in trusted.stderr, trusted.stderr[-2000:]
+    assert not marker.exists()
+    assert (run / "checkpoint" / "state.pt").exists()  # nothing was rewritten

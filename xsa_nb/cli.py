@@ -339,6 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--gpu", action="store_true", help="the d12 / d24 GPU benchmark (bf16 + compile) instead")
     bn.add_argument("--out", type=Path, default=None, help="results directory (default: docs/results)")
 
+    ck = sub.add_parser("checkpoint", help="run directories' checkpoints")
+    cksub = ck.add_subparsers(dest="checkpoint_command", required=True)
+    cv = cksub.add_parser("convert", help="rewrite an old pickled checkpoint without pickles (reads the pickles: "
+                                          "only for run directories you trust)")
+    cv.add_argument("run_dir", type=Path, help="a run directory whose checkpoint/ holds optimizer.pt and state.pt")
+    cv.add_argument("--trust", action="store_true", help="required: say that you trust where the run came from")
+
     rp = sub.add_parser("reproduce", help="run the main job end to end")
     rp.add_argument("--preset", default="cpu", help="experiment preset: smoke, cpu, d12, d24 (default: cpu)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
@@ -367,6 +374,13 @@ def main(argv: list[str] | None = None) -> int:
         from xsa_nb import bench
         out = args.out or Path(get_config().config_path) / "docs" / "results"
         (bench.run_gpu_bench if args.gpu else bench.run_bench)(out)
+    elif args.command == "checkpoint":
+        from xsa_nb.trainer import convert_checkpoint
+        try:
+            print(f"converted {convert_checkpoint(args.run_dir, trust=args.trust)}")
+        except (FileNotFoundError, PermissionError) as e:
+            print(f"xsa_nb checkpoint convert: {e}", file=sys.stderr)
+            return 2
     elif args.command == "reproduce":
         reproduce(args.preset, nproc=args.nproc)
     return 0
