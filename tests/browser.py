@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import fcntl
 import json
 import os
 import shutil
@@ -38,13 +39,23 @@ class Browser:
         self._profile = tempfile.TemporaryDirectory()
         cmd_read, self._cmd = os.pipe()  # we write commands, the browser reads them on fd 3
         self._events, event_write = os.pipe()  # the browser writes replies and events on fd 4, we read them
+        # moved to fd 10 or more (bash redirects multi-digit fds; dash does not): a pipe end that is itself fd 3 or 4
+        # would be clobbered by the other redirection
+        cmd_read, event_write = (self._above_10(fd) for fd in (cmd_read, event_write))
         self.proc = subprocess.Popen(
-            ["sh", "-c", f'exec "$0" "$@" 3<&{cmd_read} 4>&{event_write}', executable, *FLAGS,
+            ["bash", "-c", f'exec "$0" "$@" 3<&{cmd_read} 4>&{event_write}', executable, *FLAGS,
              f"--user-data-dir={self._profile.name}", "about:blank"],
             pass_fds=(cmd_read, event_write), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(cmd_read)
         os.close(event_write)
         self._buffer, self._next_id, self.session, self.errors = b"", 0, None, []
+
+    @staticmethod
+    def _above_10(fd: int) -> int:
+        "A duplicate of `fd` numbered 10 or more (the original is closed)."
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+        os.close(fd)
+        return high
 
     def _message(self) -> dict:
         "The next message from the browser (blocking)."
