@@ -5,8 +5,10 @@ the notebook's output reaches the terminal and Jupyter's plumbing stays quiet; f
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,11 @@ TINY = ["-p", "depth", "1", "-p", "steps", "4", "-p", "seq_len", "64", "-p", "de
 NOISE = ("without encryption", "KeyboardInterrupt")
 
 
+ENV = {k: v for k, v in os.environ.items() if k != "IN_TEST"}  # real runs, not the notebooks' test mode
+
+
 def xsa_nb(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}  # a real run, not the notebooks' test mode
-    return subprocess.run([XSA_NB, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([XSA_NB, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
 
 
 def usual_mode(directory: Path) -> int:
@@ -109,3 +113,14 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
     res = xsa_nb("train", *TINY, "-p", "depth", "2", "-p", "run_dir", run, cwd=cwd)  # not the run's config
     assert res.returncode == 1 and "train.failed.ipynb" in res.stderr, res.stderr[-3000:]
     assert (run / "train.ipynb").read_bytes() == good and (run / "train.failed.ipynb").is_file()
+
+
+def test_a_killed_run_leaves_a_failed_notebook_not_a_running_one(tmp_path):
+    proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "run_dir", "run"], cwd=tmp_path,
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, proc.stderr.read()[-3000:]
+    assert sorted(p.name for p in (tmp_path / "run").glob("train*.ipynb")) == ["train.failed.ipynb"]

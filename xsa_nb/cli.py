@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import difflib
 import json
+import signal
 import sys
 import time
 import typing
@@ -267,6 +268,7 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
         train(TrainConfig(**params))
         return 0
     print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # killed: still a .failed notebook
     name = "10_train.ipynb" if args.command == "train" else "11_eval.ipynb"
     out = run_dir / ("train.ipynb" if args.command == "train" else "eval.ipynb")
     try:
