@@ -1,6 +1,7 @@
 """`xsa_nb reproduce --preset smoke`, run in a temporary copy of the notebooks, trains and evaluates every smoke run
 through papermill and writes every table and figure of the report; the numbers in the tables are the ones in the
-run directories (checked against eval.json, and by changing eval.json and writing the report again)."""
+run directories (checked against eval.json, and by changing eval.json and writing the report again). The
+reproduction takes minutes, so those tests are in the slow tier (`make test-slow`)."""
 import csv
 import json
 import os
@@ -38,6 +39,7 @@ def rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_every_run_is_complete(repo):
     for run in get_preset("smoke").runs:
         d = repo / "runs" / "smoke" / run.name
@@ -46,6 +48,7 @@ def test_every_run_is_complete(repo):
     assert (repo / "runs" / "smoke" / "report.ipynb").is_file()
 
 
+@pytest.mark.slow
 def test_every_report_file_is_written(repo):
     out = repo / "docs" / "results" / "smoke"
     assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)
@@ -55,6 +58,7 @@ def test_every_report_file_is_written(repo):
             assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
+@pytest.mark.slow
 def test_table_numbers_come_from_run_directories(repo):
     out, runs = repo / "docs" / "results" / "smoke", repo / "runs" / "smoke"
     val = lambda name: json.loads((runs / name / "eval.json").read_text())["val_bpb"]
