@@ -33,12 +33,12 @@ sync: install
 
 # The default tier (pyproject.toml deselects `slow`): every notebook under nbdev's rules and the fast end-to-end tests.
 test: sync
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 # The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, benchmarks) and the tests
 # marked `slow` (the smoke reproduction). CI runs both tiers.
 test-slow: sync
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m slow -n 2 --dist loadgroup
 
 reproduce: install
 	$(BIN)/xsa_nb reproduce --preset $(PRESET)

@@ -7,6 +7,7 @@ extensions = ["myst_nb", "sphinx-mathjax-offline"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 nb_execution_mode = "off"  # notebooks arrive already executed under nbdev's test rules
 nb_merge_streams = True
+nb_render_markdown_format = "myst"  # Markdown outputs (the index's results table) with tables, as cells have
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]  # report pages jump from H1 to H3 sections
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "sphinx_book_theme"

@@ -13,9 +13,11 @@ from xsa_nb.docs import build_site
 from browser import Browser, find_chromium, serve
 from conftest import NOTEBOOKS, ROOT
 
+pytestmark = pytest.mark.xdist_group("docs")  # the site is built from the notebooks executed here: one worker
+
 ARTIFACTS = ROOT / "_artifacts" / "screenshots"
 SCREENSHOTS = {"index.html": "index.png", "01_xsa.html": "01_xsa.png", "results/cpu/index.html": "results_cpu.png"}
-FACTS = """(() => {
+FACTS = r"""(() => {
   const column = document.querySelector("article.bd-article"), box = column.getBoundingClientRect();
   const maths = [...column.querySelectorAll(".math")];
   return {
@@ -23,6 +25,13 @@ FACTS = """(() => {
     typeset: maths.filter(m => m.querySelector("mjx-container") && !m.querySelector("mjx-merror")).length,
     images: document.images.length,
     broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute("src")),
+    rawTables: (() => {  // Markdown table rows left as text outside code: tables that were not rendered
+      const rows = [], walk = document.createTreeWalker(column, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode())
+        if (!n.parentElement.closest("pre, code, .highlight"))
+          rows.push(...n.textContent.split("\n").filter(l => /\|\s*(:?-{3,}:?|—)\s*\|/.test(l)));
+      return rows;
+    })(),
     tables: [...column.querySelectorAll("table")].map(t => {
       const r = t.getBoundingClientRect();
       return {left: r.left - box.left, right: box.right - r.right, hidden: t.scrollWidth - t.clientWidth,
@@ -126,6 +135,11 @@ def test_results_pages_show_their_tables_and_figures(browsed):
         text = md.read_text(encoding="utf-8")
         tables, figures = len(re.findall(r"^\|[-| :]+\|$", text, re.M)), text.count("![")
         assert len(browsed[page]["tables"]) == tables and browsed[page]["images"] >= figures, (page, tables, figures)
+
+
+def test_every_markdown_table_is_rendered(browsed):
+    raw = {page: f["rawTables"] for page, f in browsed.items() if f["rawTables"]}
+    assert not raw, raw
 
 
 def test_no_table_is_wider_than_the_content_column(browsed):

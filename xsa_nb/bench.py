@@ -421,14 +421,16 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               eager_variants: dict[str, list[str]] | None = None,
               compiled_variants: dict[str, list[str]] | None = None,
               muon_shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, muon_batch: int = 2,
-              compile_budget_s: float = 240.0, focus_rounds: int = 9, log=print) -> dict:
-    "Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`."
+              compile_budget_s: float = 240.0, focus_rounds: int = 9, ceiling_n: int | None = None,
+              log=print) -> dict:
+    """Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`.
+    `ceiling_n` is the side of the ceilings' square products (default: `matmul_flops`'s)."""
     every = {shape.name: list(VARIANTS) for shape in shapes}
     eager_variants = every if eager_variants is None else eager_variants
     compiled_variants = every if compiled_variants is None else compiled_variants
     device = torch.device("cpu")
     result = dict(title="CPU benchmark", machine=machine_info(device), mfu_ceiling="fp32")
-    result["ceilings_gflops"] = ceilings(device)
+    result["ceilings_gflops"] = ceilings(device, ceiling_n)
     log(f"ceilings {result['ceilings_gflops']}")
     rows = []
     for shape in shapes:
@@ -441,7 +443,7 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
         rows += time_variants(focus_shape, ["baseline", "xsa", "xsa_last2", "delta_block"], device, False, focus_rounds,
                               log=log)
     result["rows"] = rows
-    rate_against_ceiling(result, device)
+    rate_against_ceiling(result, device, ceiling_n)
     result["delta_bound"] = delta_bounds(rows)
     result["muon"] = muon_timing(muon_shapes, muon_batch, device)
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
