@@ -27,7 +27,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from tqdm.auto import tqdm
 
 import xsa_nb
@@ -44,14 +45,14 @@ from .tokenizer import Tokenizer, token_bytes, train_tokenizer
 __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
            'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES',
            'UNHASHED_KEYS', 'NEW_SWITCH_PARAMS', 'TrainConfig', 'TrainingDiverged', 'dist_info', 'resolve_device',
-           'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings',
-           'xsa_layer_spec', 'model_config', 'validate', 'scaling_params', 'run_tokenizer', 'planned_vocab_size',
-           'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'prepare_data', 'run_plan',
-           'plan_text', 'optimizer_param_names', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state',
-           'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'code_version', 'provenance',
-           'config_hash', 'config_differences', 'check_same_run', 'resolve_run', 'build_model', 'build_optimizer',
-           'load_weights_from', 'continue_checkpoint', 'progress_line', 'train', 'read_metrics', 'read_config',
-           'read_settings', 'load_run']
+           'cpu_has_bf16_units', 'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings',
+           'resolve_settings', 'xsa_layer_spec', 'model_config', 'validate', 'scaling_params', 'run_tokenizer',
+           'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'prepare_data',
+           'run_plan', 'plan_text', 'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer',
+           'rng_state', 'set_rng_state', 'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint',
+           'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_run', 'resolve_run',
+           'build_model', 'build_optimizer', 'load_weights_from', 'continue_checkpoint', 'progress_line', 'train',
+           'read_metrics', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -128,10 +129,18 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def cpu_has_bf16_units() -> bool:
+    "Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX, as oneDNN reports it)."
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def compute_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
-    "bf16 autocast on CUDA, fp32 elsewhere, unless `dtype` says otherwise."
+    "bf16 autocast on CUDA, fp32 elsewhere, unless `dtype` says otherwise (bf16 on a CPU without bf16 units warns)."
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "bfloat16" and device.type == "cpu" and not cpu_has_bf16_units():
+        warnings.warn("dtype='bfloat16' on a CPU with no bf16 matrix units (AVX512-BF16 or AMX): its bf16 products are "
+                      "emulated, many times slower than float32; use dtype='float32' here", stacklevel=2)
     return getattr(torch, dtype)
 
 
@@ -468,14 +477,19 @@ def optimizer_param_names(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     return [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
 
 
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> Path:
+    "Save `tensors` as a safetensors file with the usual file mode (safetensors' own `save_file` makes it 0600)."
+    Path(path).write_bytes(safetensors_bytes(tensors, metadata=metadata))
+    return Path(path)
+
+
 def write_optimizer(state: dict, path: Path, param_names: list[str] | None = None) -> Path:
     "Save an optimizer `state_dict` as safetensors: tensors by `index.name`; groups (and parameter names) as JSON metadata."
     tensors = {f"{i}.{name}": t.detach().contiguous().cpu() for i, s in state["state"].items() for name, t in s.items()}
     metadata = {"param_groups": json.dumps([{k: _encode(v) for k, v in g.items()} for g in state["param_groups"]])}
     if param_names is not None:
         metadata["param_names"] = json.dumps(param_names)
-    save_file(tensors, str(path), metadata=metadata)
-    return Path(path)
+    return write_safetensors(tensors, path, metadata)
 
 
 def read_optimizer(path: Path, device: str = "cpu") -> tuple[dict, list[str] | None]:
@@ -519,7 +533,7 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    write_safetensors({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
     write_optimizer(optimizer.state_dict(), tmp / "optimizer.safetensors", optimizer_param_names(model, optimizer))
     (tmp / "state.json").write_text(json.dumps({**state, "rng": rng_state()}))
     (tmp / "meta.json").write_text(json.dumps({"step": state["step"], **meta}, indent=2))
