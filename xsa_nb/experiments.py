@@ -15,11 +15,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .trainer import TrainConfig, check_same_run, resolve_recipe, validate
+from .trainer import TrainConfig, check_same_run, resolve_recipe, run_plan, validate
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset',
-           'get_preset', 'run_status', 'without_env', 'train_params', 'torchrun_command', 'run_experiment']
+           'get_preset', 'run_status', 'without_env', 'train_params', 'torchrun_command', 'run_experiment',
+           'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -147,6 +148,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         seeds=(0, 1, 2), last_n=2, partial_alpha=0.5, routing=ROUTING, routing_depths=(2, 4),
         convert_to=("delta_block", "attnres"), convert_steps=30, tokens_per_step=1024, base=_CPU_BASE,
         eval=dict(eval_tokens=16384, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
+    make_preset("gpu-smoke", Scale(
+        depths=(6, 8), size_depths=(6, 8), seq_lens=(2048,), lr_scales=(1.0,), seeds=(0,), last_n=0,
+        partial_alpha=0, routing=("delta_block",), routing_depths=(6,), convert_to=("delta_block",),
+        convert_steps=10, tokens_per_step=32768,
+        base=dict(device="cuda", window_pattern="SSSL", compile=True, data_dir="", tokenizer_path="", seq_len=2048,
+                  device_batch_size=16, steps=40, warmup_steps=5, eval_every=-1, eval_tokens=262144, save_every=-1),
+        eval=dict(eval_tokens=262144, diag_rows=8, device="cuda")), "one GPU, bf16, compiled, no network"),
     make_preset("d12", Scale(
         depths=(8, 12), size_depths=(6, 9, 12), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
         seeds=(0,), last_n=6, partial_alpha=0.5, routing=ROUTING, routing_depths=(8, 12),
@@ -239,3 +247,32 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
             log(f"{run.name}: done")
             done.append(run_dir)
     return done
+
+# %% ../nbs/09_experiments.ipynb #f6dc28ea
+def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1) -> list[dict]:
+    "One row per run of `preset`, resolved as its training would be but without training (see `run_plan`)."
+    runs_dir = Path(root or ".") / "runs" / preset
+    rows = []
+    for run in get_preset(preset).runs:
+        plan = run_plan(TrainConfig(**train_params(run, runs_dir)), world_size=nproc)
+        s, r = plan["settings"], plan["recipe"]
+        rows.append(dict(run=run.name, device=s["device"], dtype=s["dtype"], seq_len=s["seq_len"],
+                         windows=s["window_pattern"], depth=r["n_layer"], width=r["n_embd"], heads=r["n_head"],
+                         params=r["params"], tokens=r["tokens"], steps=r["steps"], batch=r["total_batch_size"],
+                         matrix_lr=r["matrix_lr"], seconds=plan["estimated_seconds"], data=plan["data"]))
+    return rows
+
+
+def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1) -> str:
+    "The rows of `plan_experiment` as a table for people, with the data to fetch and the estimated total time."
+    head = f"{'run':<26} {'device':<7} {'T':>5} {'win':>5} {'shape':>14} {'params':>13} {'tokens':>15} {'steps':>6} {'batch':>9} {'matrix lr':>9} {'est. h':>7}"
+    body = [f"{r['run']:<26} {r['device']:<7} {r['seq_len']:>5} {r['windows']:>5} "
+            f"{'d%d %dw %dh' % (r['depth'], r['width'], r['heads']):>14} {r['params']:>13,} {r['tokens']:>15,} "
+            f"{r['steps']:>6} {r['batch']:>9,} {r['matrix_lr']:>9.5f} {r['seconds'] / 3600:>7.2f}" for r in rows]
+    most = lambda key: max((r["data"].get(key, 0) for r in rows), default=0)  # the runs share one data directory
+    need, fetch, size = most("shards_needed"), most("shards_to_fetch"), most("bytes_to_fetch")
+    data = rows[0]["data"]["data_dir"] if rows else "-"
+    tail = [f"{len(rows)} runs of preset {preset} on {nproc} process(es): {sum(r['tokens'] for r in rows):,} training tokens, "
+            f"about {sum(r['seconds'] for r in rows) / 3600:.1f} h of training (evaluation not included)",
+            f"data: {data}" + (f"; {need} training shards needed, {fetch} to fetch ({size / 1e9:.1f} GB)" if need else "")]
+    return "\n".join([head, *body, *tail])

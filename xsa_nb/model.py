@@ -18,6 +18,7 @@ from torch import Tensor
 from .muon import MuonAdamW, check_param_groups
 from .routing import RESIDUAL_PRESETS, DepthRouter
 from .xsa import attend, attention_mask
+from .utils import positive_int
 
 # %% auto #0
 __all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'LOSS_CHUNK_NUMEL',
@@ -26,11 +27,6 @@ __all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOF
            'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r}: must be an integer >= 1")
-
-
 @dataclass
 class GPTConfig:
     "nanochat's GPT hyper-parameters (same field names) plus the XSA and depth-routing switches."
@@ -51,7 +47,7 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "block_size"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}: "
                              f"allowed n_head are divisors of n_embd")
@@ -74,7 +70,7 @@ class GPTConfig:
     def from_depth(cls, depth: int, aspect_ratio: int = 64, head_dim: int = 128, **overrides) -> GPTConfig:
         "nanochat's depth rule: width `aspect_ratio * depth` rounded up to a multiple of `head_dim`, kv heads = heads."
         for name, value in (("depth", depth), ("aspect_ratio", aspect_ratio), ("head_dim", head_dim)):
-            _positive_int(name, value)
+            positive_int(name, value)
         n_embd = -(-aspect_ratio * depth // head_dim) * head_dim
         shape = dict(n_layer=depth, n_embd=n_embd, n_head=n_embd // head_dim, n_kv_head=n_embd // head_dim)
         return cls(**(shape | overrides))

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim.adamw import adamw
+from .utils import rank_world
 
 # %% auto #0
 __all__ = ['QUINTIC_COEFFICIENTS', 'MUON_DEFAULTS', 'NS_DTYPES', 'ADAMW_DEFAULTS', 'polar_factor_reference', 'quintic_schedule',
@@ -123,13 +124,6 @@ def _checked_group(group: dict) -> dict:
     group.setdefault("initial_weight_decay", group["weight_decay"])
     return group
 
-
-def _world() -> tuple[int, int]:
-    "`(rank, world_size)` of the default process group, `(0, 1)` when there is none."
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
 # %% ../nbs/02_muon.ipynb #623969cb
 def muon_direction(D: Tensor, group: dict) -> Tensor:
     "Steps 2–4 of the Muon step on a stack `(K, m, n)` of momentum directions: equilibrate, orthogonalise, renormalise."
@@ -181,7 +175,7 @@ class MuonAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        rank, world = _world()
+        rank, world = rank_world()
         if world > 1:
             self._average_gradients(world)
         for group in self.param_groups:

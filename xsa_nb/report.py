@@ -24,6 +24,7 @@ from .eval import count_model_bpb, training_counts
 from .experiments import Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .trainer import TrainConfig, resolve_settings, run_tokenizer
+from .utils import atomic_write_text
 
 # %% auto #0
 __all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
@@ -109,9 +110,9 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
         w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    (out_dir / f"{name}.csv").write_text(buf.getvalue())
+    atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
     md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows)
-    (out_dir / f"{name}.md").write_text(md)
+    atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
 
 # %% ../nbs/12_report.ipynb #d7f808de
@@ -533,7 +534,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     files = write_table(xsa_muon_rows(p, runs, references), out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
                         notes + [core_note, units, verdict_note, speed_note])
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
-    (out_dir / "headline.md").write_text(headline)
+    atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
     sweep = xsa_sweep_rows(p, runs, references)
     files += write_table(sweep, out_dir, "xsa_sweeps", "XSA paper: gain vs size, sequence length, learning rate; sinks",
@@ -561,7 +562,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
         index.append((out_dir / f"{name}.md").read_text())
     for png in ("xsa_muon", "xsa_sweeps", "routing_max_weight", "routing_heatmaps", "routing_conversion"):
         index.append(f"![{png}]({png}.png)\n")
-    (out_dir / "index.md").write_text("\n".join(index))
+    atomic_write_text(out_dir / "index.md", "\n".join(index))
     files.append(out_dir / "index.md")
     return files
 

@@ -10,6 +10,7 @@ from functools import reduce
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from .utils import positive_int
 
 # %% auto #0
 __all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route',
@@ -111,12 +112,6 @@ PRESET_SWITCHES: dict[str, tuple[str, str] | None] = {  # preset -> (sources, co
     "delta_block": ("blocks", "add"),
 }
 
-
-def _positive_int(name: str, value, meaning: str = "") -> None:
-    "Raise a ValueError unless `value` is an integer >= 1."
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1{meaning}, got {value!r}")
-
 # %% ../nbs/03_routing.ipynb #562f21aa
 class DepthRouter(nn.Module):
     "Depth routing for a stack of `n_layer` layers with two sublayers each (attention, MLP)."
@@ -126,9 +121,9 @@ class DepthRouter(nn.Module):
         super().__init__()
         if residual not in RESIDUAL_PRESETS:
             raise ValueError(f"unknown residual preset {residual!r}; allowed: {', '.join(RESIDUAL_PRESETS)}")
-        _positive_int("block_size", block_size, " (sublayers per block)")
-        _positive_int("n_embd", n_embd)
-        _positive_int("n_layer", n_layer)
+        positive_int("block_size", block_size, " (sublayers per block)")
+        positive_int("n_embd", n_embd)
+        positive_int("n_layer", n_layer)
         switches = PRESET_SWITCHES[residual]
         if switches is None and (sources or combine):
             raise ValueError(f"residual='standard' routes nothing: sources={sources!r} / combine={combine!r} need "

@@ -14,7 +14,7 @@ import rustbpe
 import tiktoken
 import torch
 
-from .docs import atomic_write_text
+from .utils import atomic_write_text
 
 # %% auto #0
 __all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'BOS', 'Tokenizer', 'train_tokenizer', 'token_bytes']

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 import xsa_nb
 from .data import (PACKINGS, default_data_dir, default_tokenizer, download_shards, iter_documents,
                          make_loader, resolve_packing)
-from .docs import atomic_write_text
+from .utils import atomic_write_text
 from .eval import bits_per_byte, core_score, download_eval_bundle
 from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
