@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .trainer import TrainConfig, check_same_run, resolve_recipe, run_plan, validate
+from .trainer import TrainConfig, check_same_run, resolve_run, run_plan, validate
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset',
@@ -230,7 +230,7 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
             status, params = run_status(run_dir), train_params(run, runs_dir)
             if status != "todo":  # reuse only what this very configuration and recipe made
                 cfg = TrainConfig(**params)
-                check_same_run(run_dir, cfg, resolve_recipe(cfg))
+                check_same_run(run_dir, cfg, resolve_run(cfg, world_size=nproc)[2])
             if status == "complete":
                 done.append(run_dir)
                 continue
