@@ -216,8 +216,9 @@ def torchrun_command(params: dict, nproc: int) -> list[str]:
 def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: list[str] | None = None,
                    log=print) -> list[Path]:
     "Train and evaluate every run of `preset` under `root/runs/<preset>/` (skipping complete ones); return the dirs."
-    import papermill as pm
     from nbdev.config import get_config
+
+    from xsa_nb.docs import run_papermill  # atomic executed notebooks, the kernel's own log lines silenced
 
     p = get_preset(preset)
     root = Path(root or get_config().config_path)
@@ -239,11 +240,10 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 if nproc > 1:
                     subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
                 else:
-                    pm.execute_notebook(str(root / "nbs" / "10_train.ipynb"), str(run_dir / "train.ipynb"),
-                                        parameters=params, cwd=str(root), progress_bar=False)
+                    run_papermill(root / "nbs" / "10_train.ipynb", run_dir / "train.ipynb", params, cwd=root)
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" else v for k, v in run.eval.items()}
-            pm.execute_notebook(str(root / "nbs" / "11_eval.ipynb"), str(run_dir / "eval.ipynb"),
-                                parameters=dict(eval_params, run_dir=str(run_dir)), cwd=str(root), progress_bar=False)
+            run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
+                          cwd=root)
             log(f"{run.name}: done")
             done.append(run_dir)
     return done
