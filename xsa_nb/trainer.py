@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 import xsa_nb
 from .data import (PACKINGS, default_data_dir, default_tokenizer, download_shards, iter_documents,
                          make_loader, resolve_packing)
-from .utils import atomic_write_text
+from .utils import atomic_write_bytes, atomic_write_text
 from .eval import bits_per_byte, core_score, download_eval_bundle
 from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
@@ -479,8 +479,7 @@ def optimizer_param_names(model: torch.nn.Module, optimizer: torch.optim.Optimiz
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> Path:
     "Save `tensors` as a safetensors file with the usual file mode (safetensors' own `save_file` makes it 0600)."
-    Path(path).write_bytes(safetensors_bytes(tensors, metadata=metadata))
-    return Path(path)
+    return atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
 
 
 def write_optimizer(state: dict, path: Path, param_names: list[str] | None = None) -> Path:
