@@ -12,7 +12,6 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fastcore.basics import patch
 from torch import Tensor
 
 from .muon import MuonAdamW, check_param_groups
@@ -408,6 +407,74 @@ class GPT(nn.Module):
             return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
         return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction)
 
+    @torch.inference_mode()
+    def generate(self, tokens: list[int], max_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 seed: int = 42) -> Iterator[int]:
+        "Yield `max_tokens` tokens continuing the prompt `tokens`: one prefill, then one cached forward per new token."
+        if not tokens:
+            raise ValueError("tokens=[]: the prompt needs at least one token")
+        device = self.get_device()
+        rng = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
+        cache = KVCache(self.config.n_layer, len(tokens) + max_tokens)
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        for _ in range(max_tokens):
+            ids = sample_next(self(ids, kv_cache=cache)[:, -1], temperature, top_k, rng)
+            yield ids.item()
+
+    def setup_optimizer(self, unembedding_lr: float = 0.004, embedding_lr: float = 0.2, matrix_lr: float = 0.02,
+                        weight_decay: float = 0.0, scalar_lr: float = 0.5,
+                        ns_dtype: torch.dtype | None = None) -> MuonAdamW:
+        "nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768))."
+        d = self.config.n_embd
+        scale = (d / 768) ** -0.5
+        adamw = lambda params, lr, betas, wd: dict(kind="adamw", params=list(params), lr=lr, betas=betas, eps=1e-10,
+                                                   weight_decay=wd)
+        blocks = list(self.transformer.h.parameters())
+        matrices = [p for p in blocks if p.ndim == 2]
+        gates = [p for p in blocks if p.ndim != 2]  # XSA gates and attention-sink logits
+        groups = [
+            adamw(self.lm_head.parameters(), unembedding_lr * scale, (0.8, 0.96), 0.01),
+            adamw(self.transformer.wte.parameters(), embedding_lr * scale, (0.8, 0.995), 0.001),
+            adamw(self.value_embeds.parameters(), embedding_lr * scale * 0.5, (0.8, 0.995), 0.01),
+            adamw([self.resid_lambdas], scalar_lr * 0.01, (0.8, 0.95), 0.05),
+            adamw([self.x0_lambdas], scalar_lr, (0.96, 0.95), 0.0),
+            adamw([self.smear_gate.weight, self.smear_lambda, self.backout_lambda], 0.2, (0.8, 0.95), 0.0),
+        ]
+        if gates:
+            groups.append(adamw(gates, 0.4 * scalar_lr, (0.8, 0.95), 0.0))
+        if any(True for _ in self.router.parameters()):
+            groups.append(adamw(self.router.parameters(), scalar_lr / d, (0.8, 0.95), 0.0))
+        for shape in sorted({p.shape for p in matrices}):
+            groups.append(dict(kind="muon", params=[p for p in matrices if p.shape == shape], lr=matrix_lr,
+                               momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay, ns_dtype=ns_dtype))
+        check_param_groups(self, groups)
+        return MuonAdamW(groups)
+
+    def num_matmul_params(self) -> int:
+        "Parameters that multiply the token stream (every nn.Linear weight); embeddings are lookups, scalars are cheap."
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+    def estimate_flops(self) -> int:
+        "Training FLOPs per token: 6 per matmul parameter plus 12 h D min(window, T) per layer for attention scores."
+        c = self.config
+        attention = sum(12 * c.n_head * c.head_dim * min(w, c.sequence_len) for w in self.window_sizes)
+        return 6 * self.num_matmul_params() + attention
+
+    def num_params_by_group(self) -> dict[str, int]:
+        "Parameters per nanochat group (wte, value_embeds, lm_head, transformer_matrices, scalars), router, total."
+        count = lambda params: sum(p.numel() for p in params)
+        blocks = list(self.transformer.h.parameters())
+        groups = dict(wte=count(self.transformer.wte.parameters()), value_embeds=count(self.value_embeds.parameters()),
+                      lm_head=count(self.lm_head.parameters()),
+                      transformer_matrices=count(p for p in blocks if p.ndim == 2),
+                      scalars=count([self.resid_lambdas, self.x0_lambdas, self.smear_gate.weight, self.smear_lambda,
+                                     self.backout_lambda]) + count(p for p in blocks if p.ndim != 2),
+                      router=count(self.router.parameters()))
+        groups["total"] = sum(groups.values())
+        assert groups["total"] == count(self.parameters())
+        return groups
+
+
 # %% ../nbs/04_model.ipynb #d8258b70
 def sample_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
                 generator: torch.Generator | None = None) -> Tensor:
@@ -421,78 +488,3 @@ def sample_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = No
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.multinomial(F.softmax(logits / temperature, dim=-1), 1, generator=generator)
 
-
-@patch
-@torch.inference_mode()
-def generate(self: GPT, tokens: list[int], max_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             seed: int = 42) -> Iterator[int]:
-    "Yield `max_tokens` tokens continuing the prompt `tokens`: one prefill, then one cached forward per new token."
-    if not tokens:
-        raise ValueError("tokens=[]: the prompt needs at least one token")
-    device = self.get_device()
-    rng = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
-    cache = KVCache(self.config.n_layer, len(tokens) + max_tokens)
-    ids = torch.tensor([tokens], dtype=torch.long, device=device)
-    for _ in range(max_tokens):
-        ids = sample_next(self(ids, kv_cache=cache)[:, -1], temperature, top_k, rng)
-        yield ids.item()
-
-# %% ../nbs/04_model.ipynb #11582c18
-@patch
-def setup_optimizer(self: GPT, unembedding_lr: float = 0.004, embedding_lr: float = 0.2, matrix_lr: float = 0.02,
-                    weight_decay: float = 0.0, scalar_lr: float = 0.5,
-                    ns_dtype: torch.dtype | None = None) -> MuonAdamW:
-    "nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768))."
-    d = self.config.n_embd
-    scale = (d / 768) ** -0.5
-    adamw = lambda params, lr, betas, wd: dict(kind="adamw", params=list(params), lr=lr, betas=betas, eps=1e-10,
-                                               weight_decay=wd)
-    blocks = list(self.transformer.h.parameters())
-    matrices = [p for p in blocks if p.ndim == 2]
-    gates = [p for p in blocks if p.ndim != 2]  # XSA gates and attention-sink logits
-    groups = [
-        adamw(self.lm_head.parameters(), unembedding_lr * scale, (0.8, 0.96), 0.01),
-        adamw(self.transformer.wte.parameters(), embedding_lr * scale, (0.8, 0.995), 0.001),
-        adamw(self.value_embeds.parameters(), embedding_lr * scale * 0.5, (0.8, 0.995), 0.01),
-        adamw([self.resid_lambdas], scalar_lr * 0.01, (0.8, 0.95), 0.05),
-        adamw([self.x0_lambdas], scalar_lr, (0.96, 0.95), 0.0),
-        adamw([self.smear_gate.weight, self.smear_lambda, self.backout_lambda], 0.2, (0.8, 0.95), 0.0),
-    ]
-    if gates:
-        groups.append(adamw(gates, 0.4 * scalar_lr, (0.8, 0.95), 0.0))
-    if any(True for _ in self.router.parameters()):
-        groups.append(adamw(self.router.parameters(), scalar_lr / d, (0.8, 0.95), 0.0))
-    for shape in sorted({p.shape for p in matrices}):
-        groups.append(dict(kind="muon", params=[p for p in matrices if p.shape == shape], lr=matrix_lr,
-                           momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay, ns_dtype=ns_dtype))
-    check_param_groups(self, groups)
-    return MuonAdamW(groups)
-
-
-@patch
-def num_matmul_params(self: GPT) -> int:
-    "Parameters that multiply the token stream (every nn.Linear weight); embeddings are lookups, scalars are cheap."
-    return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-
-
-@patch
-def estimate_flops(self: GPT) -> int:
-    "Training FLOPs per token: 6 per matmul parameter plus 12 h D min(window, T) per layer for attention scores."
-    c = self.config
-    attention = sum(12 * c.n_head * c.head_dim * min(w, c.sequence_len) for w in self.window_sizes)
-    return 6 * self.num_matmul_params() + attention
-
-
-@patch
-def num_params_by_group(self: GPT) -> dict[str, int]:
-    "Parameter counts in nanochat's groups (wte, value_embeds, lm_head, transformer_matrices, scalars) + router, total."
-    count = lambda params: sum(p.numel() for p in params)
-    blocks = list(self.transformer.h.parameters())
-    groups = dict(wte=count(self.transformer.wte.parameters()), value_embeds=count(self.value_embeds.parameters()),
-                  lm_head=count(self.lm_head.parameters()), transformer_matrices=count(p for p in blocks if p.ndim == 2),
-                  scalars=count([self.resid_lambdas, self.x0_lambdas, self.smear_gate.weight, self.smear_lambda,
-                                 self.backout_lambda]) + count(p for p in blocks if p.ndim != 2),
-                  router=count(self.router.parameters()))
-    groups["total"] = sum(groups.values())
-    assert groups["total"] == count(self.parameters())
-    return groups
