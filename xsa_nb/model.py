@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -22,8 +22,8 @@ from .utils import positive_int
 # %% auto #0
 __all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'LOSS_CHUNK_NUMEL',
            'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm', 'has_value_embedding',
-           'KVCache', 'attend_with_sink', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
-           'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
+           'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits', 'SoftcapCrossEntropy',
+           'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
 @dataclass
@@ -158,15 +158,14 @@ class KVCache:
         self.pos += n
 
 
-def attend_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, alpha: float | Tensor = 0.0,
-                     window: int = -1) -> Tensor:
-    "`attend` with a per-head sink: an extra key of logit `sink[h]` and value 0, i.e. the output times 1 - p_sink."
+def sink_keep(q: Tensor, k: Tensor, sink: Tensor, window: int = -1) -> Tensor:
+    "1 - p_sink (B, Tq, H, 1): what an extra key of logit `sink[h]` and value 0 leaves of `attend`'s output."
     (B, t_q, H, D), (t_k, H_kv) = q.shape, k.shape[1:3]
     scores = torch.einsum("bqgjd,bkgd->bgjqk", q.view(B, t_q, H_kv, H // H_kv, D), k).reshape(B, H, t_q, t_k)
     scores = (scores.float() / math.sqrt(D)).masked_fill(~attention_mask(t_q, t_k, window, device=q.device),
                                                          float("-inf"))
     keep = torch.sigmoid(scores.logsumexp(-1) - sink.float().view(1, H, 1))  # 1 - p_sink, per (batch, head, query)
-    return attend(q, k, v, alpha, window) * keep.transpose(1, 2).unsqueeze(-1).to(q.dtype)
+    return keep.transpose(1, 2).unsqueeze(-1).to(q.dtype)
 
 
 class CausalSelfAttention(nn.Module):
@@ -185,6 +184,7 @@ class CausalSelfAttention(nn.Module):
         self.xsa_alpha = config.xsa_alpha if layer_idx in config.xsa_layer_ids() else 0.0
         self.xsa_gate = nn.Parameter(torch.zeros(config.n_head)) if config.xsa_gate and self.xsa_alpha > 0 else None
         self.attn_sink = nn.Parameter(torch.zeros(config.n_head)) if config.attn_sink else None
+        self.recorder: Callable[[dict], None] | None = None  # diagnostics: handed q, k, v, y, alpha, window
 
     def alpha(self) -> float | Tensor:
         "This layer's XSA strength: a float, or a per-head tensor when gated."
@@ -206,10 +206,11 @@ class CausalSelfAttention(nn.Module):
             k, v = kv_cache.update(self.layer_idx, k, v)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, float) else alpha.to(q.dtype)
-        if self.attn_sink is None:
-            y = attend(q, k, v, alpha, window)
-        else:
-            y = attend_with_sink(q, k, v, self.attn_sink, alpha, window)
+        y = attend(q, k, v, alpha, window)
+        if self.recorder is not None:
+            self.recorder(dict(q=q, k=k, v=v, y=y, alpha=alpha, window=window))
+        if self.attn_sink is not None:
+            y = y * sink_keep(q, k, self.attn_sink, window)
         return self.c_proj(y.reshape(B, T, -1))
 
 # %% ../nbs/04_model.ipynb #776e8430

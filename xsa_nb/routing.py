@@ -5,6 +5,8 @@
 # %% ../nbs/03_routing.ipynb #fa884691
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import reduce
 
 import torch
@@ -14,7 +16,7 @@ from .utils import positive_int
 
 # %% auto #0
 __all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route',
-           'adjacent_cosine', 'weight_bound', 'DepthRouter']
+           'adjacent_cosine', 'weight_bound', 'DepthRouter', 'RoutingRecorder']
 
 # %% ../nbs/03_routing.ipynb #757057a6
 RMS_EPS: float = torch.finfo(torch.float32).eps  # F.rms_norm's default for fp32
@@ -135,8 +137,7 @@ class DepthRouter(nn.Module):
             raise ValueError(f"unknown combine {self.combine!r}; allowed: {', '.join(ROUTING_COMBINES)}")
         self.residual, self.n_layer, self.block_size, self.convert = residual, n_layer, block_size, convert
         self.n_points = 2 * n_layer + 1
-        self.record_weights = False
-        self._recorded: dict[int, tuple[Tensor, float]] = {}
+        self.recorder: RoutingRecorder | None = None  # set by `recording()`; receives sources and weights
         self._writes: int | None = None
         if switches:
             self.queries = nn.Parameter(torch.zeros(self.n_points, n_embd))
@@ -155,7 +156,8 @@ class DepthRouter(nn.Module):
 
     def start(self, x0: Tensor) -> None:
         "Begin a forward pass; `x0` `(B, T, d)` is the embedding, source 0."
-        self._recorded = {}
+        if self.recorder is not None:
+            self.recorder.start(x0)
         if not self.routed:
             return
         self._values, self._scales = [x0], [inv_rms(x0)]
@@ -183,9 +185,8 @@ class DepthRouter(nn.Module):
         sources = self.current_sources()
         scales = self._scales + [self._partial_scale] if len(sources) > len(self._values) else self._scales
         mix, weights = route(self.queries[point], sources, scales)
-        if self.record_weights:
-            w = weights.detach().double().flatten(1)  # fp64 means: uniform weights stay exactly uniform
-            self._recorded[point] = (w.mean(1).float().cpu(), w.max(0).values.mean().item())
+        if self.recorder is not None:
+            self.recorder.weights(point, weights)
         if point == self.n_points - 1:
             self._values = self._scales = self._partial = self._partial_scale = self._writes = None  # pass over
         scale = getattr(self, "route_scale", None)
@@ -195,6 +196,8 @@ class DepthRouter(nn.Module):
 
     def write(self, point: int, h: Tensor, out: Tensor) -> Tensor:
         "Record the output `out` of the sublayer at `point`, which read from stream `h`; return the next stream."
+        if self.recorder is not None:
+            self.recorder.output(out)
         if not self.routed:
             return h + out
         self._expect(point, "write")
@@ -214,19 +217,48 @@ class DepthRouter(nn.Module):
             self._partial_scale = inv_rms(self._partial)
         return h + out
 
-    def routing_points(self) -> list[dict]:
-        "Routing weights of the last forward run with `record_weights = True`, one dict per routing point."
-        if self.routed and not self._recorded:
-            raise RuntimeError("no routing weights recorded: set router.record_weights = True and run a forward")
-        points = []
-        for p in sorted(self._recorded):
-            layer, site = (p // 2, ("attn", "mlp")[p % 2]) if p < self.n_points - 1 else (self.n_layer, "final")
-            weights, max_weight = self._recorded[p]
-            points.append({"layer": layer, "site": site, "weights": weights, "max_weight": max_weight})
-        return points
+    @contextmanager
+    def recording(self) -> Iterator[RoutingRecorder]:
+        "Within the block, hand every forward pass's sources and routing weights to a fresh `RoutingRecorder`."
+        self.recorder = RoutingRecorder(self.n_layer)
+        try:
+            yield self.recorder
+        finally:
+            self.recorder = None
 
     def extra_repr(self) -> str:
         if not self.routed:
             return "residual='standard'"
         return (f"residual={self.residual!r}, sources={self.source_kind!r}, combine={self.combine!r}, "
                 f"block_size={self.block_size}, convert={self.convert}")
+
+# %% ../nbs/03_routing.ipynb #dfecaaed
+class RoutingRecorder:
+    "What a `DepthRouter` is handed during a forward pass: the sources `[x0, sublayer outputs...]`, each read's weights."
+    def __init__(self, n_layer: int):
+        self.n_layer = n_layer
+        self.sources: list[Tensor] = []
+        self.point_weights: dict[int, Tensor] = {}
+
+    def start(self, x0: Tensor) -> None:
+        "A new pass: forget the last one; the embedding `x0` is source 0."
+        self.sources, self.point_weights = [x0.detach()], {}
+
+    def output(self, out: Tensor) -> None:
+        "A sublayer's output: the next source."
+        self.sources.append(out.detach())
+
+    def weights(self, point: int, weights: Tensor) -> None:
+        "The routing weights `(S, *batch)` of the read at `point`."
+        self.point_weights[point] = weights.detach()
+
+    def points(self) -> list[dict]:
+        "Per routing point: layer, site, weights averaged over tokens, mean over tokens of the per-token max weight."
+        points = []
+        for p in sorted(self.point_weights):
+            w = self.point_weights[p].double().flatten(1)  # fp64 means: uniform weights stay exactly uniform
+            layer, site = (p // 2, ("attn", "mlp")[p % 2]) if p < 2 * self.n_layer else (self.n_layer, "final")
+            points.append({"layer": layer, "site": site, "weights": w.mean(1).float().cpu(),
+                           "max_weight": w.max(0).values.mean().item()})
+        return points
+
