@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .muon import MuonAdamW, check_param_groups
-from .routing import RESIDUAL_PRESETS, DepthRouter
+from .routing import RESIDUAL_PRESETS, DepthRouter, RoutingState
 from .xsa import attend, attention_mask
 from .utils import positive_int
 
@@ -234,10 +234,10 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, window: int,
-                kv_cache: KVCache | None, router: DepthRouter) -> Tensor:
+                kv_cache: KVCache | None, router: DepthRouter, routing: RoutingState) -> Tensor:
         a, m = 2 * self.layer_idx, 2 * self.layer_idx + 1
-        x = router.write(a, x, self.attn(norm(router.read(a, x)), ve, cos, sin, window, kv_cache))
-        return router.write(m, x, self.mlp(norm(router.read(m, x))))
+        x = router.write(routing, a, x, self.attn(norm(router.read(routing, a, x)), ve, cos, sin, window, kv_cache))
+        return router.write(routing, m, x, self.mlp(norm(router.read(routing, m, x))))
 
 # %% ../nbs/04_model.ipynb #f115d53c
 LOSS_CHUNK_NUMEL = 2 ** 22  # logits per chunk of the fused loss: 16 MiB of fp32 (128 rows at V = 32768; measured)
@@ -393,17 +393,17 @@ class GPT(nn.Module):
         cos, sin = self.cos[:, t0:t0 + T], self.sin[:, t0:t0 + T]
         x = self._smear(norm(self.transformer.wte(idx)), kv_cache)
         x0 = x
-        self.router.start(x0)
+        routing = self.router.start(x0)
         x_mid = x
         for i, block in enumerate(self.transformer.h):
             x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
-            x = block(x, ve, cos, sin, self.window_sizes[i], kv_cache, self.router)
+            x = block(x, ve, cos, sin, self.window_sizes[i], kv_cache, self.router, routing)
             if i == L // 2:
                 x_mid = x
         if kv_cache is not None:
             kv_cache.advance(T)
-        x = norm(self.router.read(2 * L, x - self.backout_lambda * x_mid))
+        x = norm(self.router.read(routing, 2 * L, x - self.backout_lambda * x_mid))
         if targets is None:
             return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
         return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import reduce
 
 import torch
@@ -16,7 +17,7 @@ from .utils import positive_int
 
 # %% auto #0
 __all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route',
-           'adjacent_cosine', 'weight_bound', 'DepthRouter', 'RoutingRecorder']
+           'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder']
 
 # %% ../nbs/03_routing.ipynb #757057a6
 RMS_EPS: float = torch.finfo(torch.float32).eps  # F.rms_norm's default for fp32
@@ -115,6 +116,17 @@ PRESET_SWITCHES: dict[str, tuple[str, str] | None] = {  # preset -> (sources, co
 }
 
 # %% ../nbs/03_routing.ipynb #562f21aa
+@dataclass
+class RoutingState:
+    "One forward pass's routing: the sources so far and their scales, the block in progress, the next routing point."
+    values: list[Tensor]
+    scales: list[Tensor]
+    partial: Tensor | None = None
+    partial_scale: Tensor | None = None
+    in_block: int = 0
+    next_point: int | None = 0  # None once the final read has ended the pass
+
+
 class DepthRouter(nn.Module):
     "Depth routing for a stack of `n_layer` layers with two sublayers each (attention, MLP)."
 
@@ -138,7 +150,6 @@ class DepthRouter(nn.Module):
         self.residual, self.n_layer, self.block_size, self.convert = residual, n_layer, block_size, convert
         self.n_points = 2 * n_layer + 1
         self.recorder: RoutingRecorder | None = None  # set by `recording()`; receives sources and weights
-        self._writes: int | None = None
         if switches:
             self.queries = nn.Parameter(torch.zeros(self.n_points, n_embd))
             if convert:
@@ -154,67 +165,63 @@ class DepthRouter(nn.Module):
         for p in self.parameters():
             nn.init.zeros_(p)
 
-    def start(self, x0: Tensor) -> None:
-        "Begin a forward pass; `x0` `(B, T, d)` is the embedding, source 0."
+    def start(self, x0: Tensor) -> RoutingState:
+        "Begin a forward pass; `x0` `(B, T, d)` is the embedding, source 0. Hand the state to its reads and writes."
         if self.recorder is not None:
             self.recorder.start(x0)
-        if not self.routed:
-            return
-        self._values, self._scales = [x0], [inv_rms(x0)]
-        self._partial = self._partial_scale = None
-        self._in_block, self._writes = 0, 0
+        return RoutingState([x0], [inv_rms(x0)]) if self.routed else RoutingState([], [])
 
-    def _expect(self, point: int, what: str) -> None:
-        "Raise unless `point` is the next routing point of the pass that `start` began."
-        if self._writes is None:
-            raise RuntimeError(f"{what}(point={point}) outside a pass: call router.start(x0) at each forward")
-        if point != self._writes:
-            raise ValueError(f"{what}(point={point}) out of order: the next routing point is {self._writes} "
+    def _expect(self, state: RoutingState, point: int, what: str) -> None:
+        "Raise unless `point` is the next routing point of the pass `state` belongs to."
+        if state.next_point is None:
+            raise RuntimeError(f"{what}(point={point}) after the final read: begin each pass with state = router.start(x0)")
+        if point != state.next_point:
+            raise ValueError(f"{what}(point={point}) out of order: the next routing point is {state.next_point} "
                              f"(2*i before the attention of layer i, 2*i+1 before its MLP, {self.n_points - 1} final)")
 
-    def current_sources(self) -> list[Tensor]:
-        "The sources the next `read` routes over, oldest first."
-        partial = self.source_kind == "blocks_partial" and self._partial is not None
-        return self._values + [self._partial] if partial else list(self._values)
+    def current_sources(self, state: RoutingState) -> list[Tensor]:
+        "The sources the next `read` of the pass `state` routes over, oldest first."
+        partial = self.source_kind == "blocks_partial" and state.partial is not None
+        return state.values + [state.partial] if partial else list(state.values)
 
-    def read(self, point: int, h: Tensor) -> Tensor:
+    def read(self, state: RoutingState, point: int, h: Tensor) -> Tensor:
         "The stream the sublayer at `point` reads (the final norm at `2 * n_layer`); standard: `h` itself."
         if not self.routed:
             return h
-        self._expect(point, "read")
-        sources = self.current_sources()
-        scales = self._scales + [self._partial_scale] if len(sources) > len(self._values) else self._scales
+        self._expect(state, point, "read")
+        sources = self.current_sources(state)
+        scales = state.scales + [state.partial_scale] if len(sources) > len(state.values) else state.scales
         mix, weights = route(self.queries[point], sources, scales)
         if self.recorder is not None:
             self.recorder.weights(point, weights)
-        if point == self.n_points - 1:
-            self._values = self._scales = self._partial = self._partial_scale = self._writes = None  # pass over
+        if point == self.n_points - 1:  # the pass is over: drop the sources
+            state.values, state.scales, state.partial, state.partial_scale, state.next_point = [], [], None, None, None
         scale = getattr(self, "route_scale", None)
         if self.combine == "add":
             return h + mix if scale is None else h + scale[point].to(h.dtype) * mix
         return mix if scale is None else h + scale[point].to(h.dtype) * (mix - h)
 
-    def write(self, point: int, h: Tensor, out: Tensor) -> Tensor:
+    def write(self, state: RoutingState, point: int, h: Tensor, out: Tensor) -> Tensor:
         "Record the output `out` of the sublayer at `point`, which read from stream `h`; return the next stream."
         if self.recorder is not None:
             self.recorder.output(out)
         if not self.routed:
             return h + out
-        self._expect(point, "write")
-        self._writes += 1
+        self._expect(state, point, "write")
+        state.next_point += 1
         if self.source_kind in ("outputs", "states"):
-            value = out if self.source_kind == "outputs" else self._values[-1] + out
-            self._values.append(value)
-            self._scales.append(inv_rms(value))
+            value = out if self.source_kind == "outputs" else state.values[-1] + out
+            state.values.append(value)
+            state.scales.append(inv_rms(value))
             return h + out
-        self._partial = out if self._partial is None else self._partial + out
-        self._in_block += 1
-        if self._in_block == self.block_size:  # the block is complete: its sum is h_end - h_start
-            self._values.append(self._partial)
-            self._scales.append(inv_rms(self._partial))
-            self._partial, self._in_block = None, 0
+        state.partial = out if state.partial is None else state.partial + out
+        state.in_block += 1
+        if state.in_block == self.block_size:  # the block is complete: its sum is h_end - h_start
+            state.values.append(state.partial)
+            state.scales.append(inv_rms(state.partial))
+            state.partial, state.in_block = None, 0
         elif self.source_kind == "blocks_partial":
-            self._partial_scale = inv_rms(self._partial)
+            state.partial_scale = inv_rms(state.partial)
         return h + out
 
     @contextmanager
