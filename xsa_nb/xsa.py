@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'diagonal_attention_mass']
+__all__ = ['xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'attention_scores', 'attention_weights',
+           'diagonal_attention_mass']
 
 # %% ../nbs/01_xsa.ipynb #96c603f1
 def _check_heads(y: Tensor, v: Tensor) -> tuple[int, int]:
@@ -148,15 +149,24 @@ def self_alignment(y: Tensor, v: Tensor) -> Tensor:
     return own_value_cosine(y, v).abs().mean(dim=(0, 1))
 
 
-def diagonal_attention_mass(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
-    "Mean self weight a_ii (attention on the query's own key) over batch and queries, per query head: shape (H,)."
+def attention_scores(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
+    "The logits `attend` softmaxes, q·k/√D (B, H, Tq, Tk) in at least fp32; -inf where `attention_mask` hides a key."
     _check_window(window)
     t_q, t_k = _check_qk(q, k)
     h_kv, group = k.shape[2], q.shape[2] // k.shape[2]
     ct = _compute_dtype(q.dtype)
     qg = q.to(ct).unflatten(2, (h_kv, group))                                   # (B, Tq, H_kv, G, D)
-    scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.to(ct)) / math.sqrt(q.shape[3])
-    scores = scores.masked_fill(~attention_mask(t_q, t_k, window, device=q.device), float("-inf"))
+    scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.to(ct)).flatten(1, 2) / math.sqrt(q.shape[3])
+    return scores.masked_fill(~attention_mask(t_q, t_k, window, device=q.device), float("-inf"))
+
+
+def attention_weights(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
+    "Attention probabilities (B, H, Tq, Tk) of queries (B,Tq,H,D) over keys (B,Tk,H_kv,D), as `attend` weighs them."
+    return attention_scores(q, k, window).softmax(-1)
+
+
+def diagonal_attention_mass(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
+    "Mean self weight a_ii (attention on the query's own key) over batch and queries, per query head: shape (H,)."
+    t_q, t_k = q.shape[1], k.shape[1]
     own = torch.arange(t_q, device=q.device)
-    a_ii = scores.softmax(dim=-1)[..., own, own + t_k - t_q]                      # (B, H_kv, G, Tq)
-    return a_ii.mean(dim=(0, 3)).flatten()
+    return attention_weights(q, k, window)[..., own, own + t_k - t_q].mean(dim=(0, 2))
