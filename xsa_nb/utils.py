@@ -11,7 +11,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_impl']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -46,3 +46,13 @@ def positive_int(name: str, value, meaning: str = "") -> None:
     "Raise a ValueError naming `name` unless `value` is an integer >= 1 (`meaning` says what it counts)."
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1{meaning}, got {value!r}")
+
+# %% ../nbs/00a_utils.ipynb #cb8285e7
+KERNEL_IMPLS: tuple[str, ...] = ("fused", "plain")
+
+
+def check_impl(impl: str) -> str:
+    "Return `impl` if it names a kernel path in `KERNEL_IMPLS`, else raise a ValueError naming it."
+    if impl not in KERNEL_IMPLS:
+        raise ValueError(f"impl={impl!r}: allowed are {KERNEL_IMPLS}")
+    return impl

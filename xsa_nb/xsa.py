@@ -10,10 +10,20 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from .utils import check_impl
 
 # %% auto #0
-__all__ = ['xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'attention_scores', 'attention_weights',
-           'diagonal_attention_mass']
+__all__ = ['xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'attention_scores',
+           'attention_weights', 'diagonal_attention_mass']
+
+# %% ../nbs/01_xsa.ipynb #61cd71d8
+def xsa_plain(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
+    "XSA as the formula reads, autograd doing the backward: `y - alpha (y·v / v·v) v`, y (B,T,H,D), v (B,T,H_kv,D)."
+    h_kv, group = v.shape[2], y.shape[2] // v.shape[2]
+    yg, vg = y.unflatten(2, (h_kv, group)), v.unsqueeze(3)  # (B, T, H_kv, G, D), (B, T, H_kv, 1, D)
+    alpha = torch.as_tensor(alpha, dtype=y.dtype, device=y.device).expand(y.shape[:3])
+    c = (yg * vg).sum(-1, keepdim=True) / (vg * vg).sum(-1, keepdim=True).clamp_min(1e-24)
+    return (yg - alpha.unflatten(2, (h_kv, group)).unsqueeze(-1) * c * vg).flatten(2, 3)
 
 # %% ../nbs/01_xsa.ipynb #96c603f1
 def _check_heads(y: Tensor, v: Tensor) -> tuple[int, int]:
@@ -66,15 +76,15 @@ class _OwnValueProjection(torch.autograd.Function):
         return grad_y, grad_v, grad_alpha
 
 
-def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
+def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused") -> Tensor:
     "Exclusive self attention: `y - alpha (y·v̂) v̂` per query head, `y` (B,T,H,D), own values `v` (B,T,H_kv,D)."
     h_kv, group = _check_heads(y, v)
+    check_impl(impl)
     b, t, h, d = y.shape
     if isinstance(alpha, Tensor):
         if alpha.ndim > 3 or any(a not in (1, n) for a, n in zip(alpha.shape[::-1], (h, t, b))):
             raise ValueError(f"tensor alpha of shape {tuple(alpha.shape)} must broadcast to (B, T, H)="
                              f"{(b, t, h)}, e.g. shape ({h},)")
-        alpha = alpha.expand(b, t, h).reshape(b * t * h_kv, group, 1)
     elif isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha={alpha} must lie in [0, 1] (0 = standard attention, 1 = full XSA)")
@@ -83,6 +93,10 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
     else:
         raise TypeError(f"alpha must be a float in [0, 1] or a tensor, got {type(alpha).__name__}")
     ct = _compute_dtype(y.dtype)
+    if impl == "plain":
+        return xsa_plain(y.to(ct), v.to(ct), alpha).to(y.dtype)
+    if isinstance(alpha, Tensor):
+        alpha = alpha.expand(b, t, h).reshape(b * t * h_kv, group, 1)
     yg = y.to(ct).reshape(b * t * h_kv, group, d)              # (N, G, D): a view when y is contiguous
     vg = v.to(ct).reshape(b * t * h_kv, 1, d)                  # (N, 1, D): broadcast over the group, not copied
     return _OwnValueProjection.apply(yg, vg, alpha).view(b, t, h, d).to(y.dtype)
@@ -127,7 +141,8 @@ def _check_qk(q: Tensor, k: Tensor) -> tuple[int, int]:
     return q.shape[1], k.shape[1]
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window: int = -1) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window: int = -1,
+           impl: str = "fused") -> Tensor:
     "Causal (optionally sliding-window) attention of the last Tq positions, then XSA with their own values: (B,Tq,H,D)."
     _check_window(window)
     t_q, t_k = _check_qk(q, k)
@@ -141,7 +156,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window:
         mask = attention_mask(t_q, t_k, window, device=q.device)
     y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
                                        is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
-    return xsa(y.transpose(1, 2).contiguous(), v[:, t_k - t_q:], alpha)
+    return xsa(y.transpose(1, 2).contiguous(), v[:, t_k - t_q:], alpha, impl)
 
 # %% ../nbs/01_xsa.ipynb #d1325392
 def self_alignment(y: Tensor, v: Tensor) -> Tensor:
