@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 import os
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_impl']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_impl', 'paired_cpu_ms',
+           'median_ratio']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -56,3 +60,20 @@ def check_impl(impl: str) -> str:
     if impl not in KERNEL_IMPLS:
         raise ValueError(f"impl={impl!r}: allowed are {KERNEL_IMPLS}")
     return impl
+
+# %% ../nbs/00a_utils.ipynb #21daf051
+def paired_cpu_ms(fns: dict[str, Callable[[], object]], repeats: int = 40, warmup: int = 3) -> dict[str, list[float]]:
+    "Thread-CPU time (ms) of each zero-argument callable per repeat, the callables run alternately."
+    times = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t0 = time.thread_time()
+            fn()
+            if r >= warmup:
+                times[name].append((time.thread_time() - t0) * 1e3)
+    return times
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    "Median over paired repeats of `a[i] / b[i]`."
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
