@@ -13,11 +13,11 @@ from functools import reduce
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from .utils import positive_int
+from .utils import check_impl, positive_int
 
 # %% auto #0
-__all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route',
-           'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder']
+__all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route_plain',
+           'route', 'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder']
 
 # %% ../nbs/03_routing.ipynb #757057a6
 RMS_EPS: float = torch.finfo(torch.float32).eps  # F.rms_norm's default for fp32
@@ -27,6 +27,12 @@ def inv_rms(v: Tensor, eps: float = RMS_EPS) -> Tensor:
     "Per-token `1 / RMS(v)` over the last axis in at least fp32, so that `RMSNorm(v) = v * inv_rms(v)[..., None]`."
     norm = torch.linalg.vector_norm(v, dim=-1, dtype=torch.promote_types(v.dtype, torch.float32))
     return torch.rsqrt(norm.square() / v.shape[-1] + eps)
+
+# %% ../nbs/03_routing.ipynb #442cee7a
+def route_plain(query: Tensor, sources: list[Tensor], scales: list[Tensor]) -> tuple[Tensor, Tensor]:
+    "The routing formula, autograd doing the backward: `(Σ α_i v_i, α)` with `α = softmax_i((v_i·q) s_i)`."
+    weights = torch.stack([(v * query).sum(-1) * s for v, s in zip(sources, scales)]).softmax(0)
+    return sum(w[..., None] * v for w, v in zip(weights, sources)), weights
 
 # %% ../nbs/03_routing.ipynb #f8165b47
 def _no_autocast(t: Tensor):
@@ -75,8 +81,10 @@ class _Route(torch.autograd.Function):
         return grad_q, None, *grad_v, *grad_s
 
 
-def route(query: Tensor, sources: list[Tensor], scales: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
+def route(query: Tensor, sources: list[Tensor], scales: list[Tensor] | None = None,
+          impl: str = "fused") -> tuple[Tensor, Tensor]:
     "Mix `Σ α_i v_i`, `α = softmax_i(query · RMSNorm(v_i))`; returns `(mix, α)` with `α` of shape `(S, *batch)`."
+    check_impl(impl)
     if query.dim() != 1:
         raise ValueError(f"query must be one vector of shape (d,), got shape {tuple(query.shape)}")
     if not sources:
@@ -84,9 +92,13 @@ def route(query: Tensor, sources: list[Tensor], scales: list[Tensor] | None = No
     scales = [inv_rms(v) for v in sources] if scales is None else scales
     if len(scales) != len(sources):
         raise ValueError(f"one scale per source: got {len(scales)} scales for {len(sources)} sources")
+    dtype = reduce(torch.promote_types, [query.dtype, *(t.dtype for t in sources + scales)])
     if len(sources) == 1:  # a softmax over one logit is exactly 1
-        dtype = reduce(torch.promote_types, [query.dtype, sources[0].dtype, scales[0].dtype])
         return sources[0], torch.ones(1, *sources[0].shape[:-1], dtype=dtype, device=query.device)
+    if impl == "plain":
+        with _no_autocast(query):
+            mix, weights = route_plain(query.to(dtype), [v.to(dtype) for v in sources], [s.to(dtype) for s in scales])
+        return mix.to(reduce(torch.promote_types, [v.dtype for v in sources])), weights
     return _Route.apply(query, len(sources), *sources, *scales)
 
 # %% ../nbs/03_routing.ipynb #96c2b467
@@ -131,8 +143,10 @@ class DepthRouter(nn.Module):
     "Depth routing for a stack of `n_layer` layers with two sublayers each (attention, MLP)."
 
     def __init__(self, n_embd: int, n_layer: int, residual: str = "standard", block_size: int = 2,
-                 convert: bool = False, *, sources: str | None = None, combine: str | None = None):
+                 convert: bool = False, *, sources: str | None = None, combine: str | None = None,
+                 impl: str = "fused"):
         super().__init__()
+        self.impl = check_impl(impl)  # the path of `route`: "fused" or "plain"
         if residual not in RESIDUAL_PRESETS:
             raise ValueError(f"unknown residual preset {residual!r}; allowed: {', '.join(RESIDUAL_PRESETS)}")
         positive_int("block_size", block_size, " (sublayers per block)")
@@ -191,7 +205,7 @@ class DepthRouter(nn.Module):
         self._expect(state, point, "read")
         sources = self.current_sources(state)
         scales = state.scales + [state.partial_scale] if len(sources) > len(state.values) else state.scales
-        mix, weights = route(self.queries[point], sources, scales)
+        mix, weights = route(self.queries[point], sources, scales, self.impl)
         if self.recorder is not None:
             self.recorder.weights(point, weights)
         if point == self.n_points - 1:  # the pass is over: drop the sources
