@@ -16,13 +16,13 @@ from torch import Tensor
 from .muon import MuonAdamW, check_param_groups
 from .routing import RESIDUAL_PRESETS, DepthRouter, RoutingState
 from .xsa import attend, attention_scores
-from .utils import positive_int
+from .utils import check_impl, positive_int
 
 # %% auto #0
 __all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'LOSS_CHUNK_NUMEL',
            'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm', 'has_value_embedding',
-           'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits', 'SoftcapCrossEntropy',
-           'softcap_cross_entropy', 'GPT', 'sample_next']
+           'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
+           'softcap_cross_entropy_plain', 'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
 @dataclass
@@ -42,6 +42,7 @@ class GPTConfig:
     block_size: int = 2  # sublayers per block for the *_block presets (2 = one layer)
     residual_convert: bool = False  # routed term scaled by a zero-init scale: starts exactly as standard
     attn_sink: bool = False  # learned per-head sink logit (an extra key with value zero), zero-initialised
+    plain_kernels: bool = False  # XSA, routing and the loss on their plain (autograd) paths: same model, slower
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "block_size"):
@@ -75,6 +76,11 @@ class GPTConfig:
 
     @property
     def head_dim(self) -> int: return self.n_embd // self.n_head
+
+    @property
+    def impl(self) -> str:
+        "The kernel path of XSA, routing and the loss: 'plain' or 'fused'."
+        return "plain" if self.plain_kernels else "fused"
 
     def window_sizes(self) -> list[int]:
         "Per layer, how many earlier tokens a query sees (nanochat: S = ceil(T/4/128)*128, L = T, last layer L)."
@@ -169,6 +175,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.layer_idx, self.n_head, self.n_kv_head = layer_idx, config.n_head, config.n_kv_head
+        self.impl = config.impl
         self.head_dim = config.head_dim
         d, kv = config.n_embd, config.n_kv_head * config.head_dim
         self.c_q = nn.Linear(d, config.n_head * self.head_dim, bias=False)
@@ -202,7 +209,7 @@ class CausalSelfAttention(nn.Module):
             k, v = kv_cache.update(self.layer_idx, k, v)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, float) else alpha.to(q.dtype)
-        y = attend(q, k, v, alpha, window)
+        y = attend(q, k, v, alpha, window, self.impl)
         if self.recorder is not None:
             self.recorder(dict(q=q, k=k, v=v, y=y, alpha=alpha, window=window))
         if self.attn_sink is not None:
@@ -235,16 +242,23 @@ class Block(nn.Module):
         x = router.write(routing, a, x, self.attn(norm(router.read(routing, a, x)), ve, cos, sin, window, kv_cache))
         return router.write(routing, m, x, self.mlp(norm(router.read(routing, m, x))))
 
-# %% ../nbs/04_model.ipynb #f115d53c
-LOSS_CHUNK_NUMEL = 2 ** 22  # logits per chunk of the fused loss: 16 MiB of fp32 (128 rows at V = 32768; measured)
-COMPILED_LOSS_CHUNK_NUMEL = 2 ** 24  # under torch.compile fewer, larger chunks measured faster (512 rows at V = 32768)
-
-
+# %% ../nbs/04_model.ipynb #afe89996
 def softcap_logits(h: Tensor, weight: Tensor, vocab_size: int) -> Tensor:
     "SOFTCAP * tanh(h W^T / SOFTCAP) over the first `vocab_size` rows of the head `weight`, in fp32 (fp64 stays)."
     logits = F.linear(h, weight[:vocab_size])
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return SOFTCAP * torch.tanh(logits / SOFTCAP)
+
+
+def softcap_cross_entropy_plain(h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int,
+                                reduction: str = "mean") -> Tensor:
+    "Cross-entropy of `softcap_logits` against `targets` (-1 = ignored) as it reads; autograd does the backward."
+    logits = softcap_logits(h, weight, vocab_size)
+    return F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), ignore_index=-1, reduction=reduction)
+
+# %% ../nbs/04_model.ipynb #f115d53c
+LOSS_CHUNK_NUMEL = 2 ** 22  # logits per chunk of the fused loss: 16 MiB of fp32 (128 rows at V = 32768; measured)
+COMPILED_LOSS_CHUNK_NUMEL = 2 ** 24  # under torch.compile fewer, larger chunks measured faster (512 rows at V = 32768)
 
 
 class SoftcapCrossEntropy(torch.autograd.Function):
@@ -294,14 +308,12 @@ class SoftcapCrossEntropy(torch.autograd.Function):
 
 
 def softcap_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int, reduction: str = "mean",
-                          chunk_rows: int | None = None) -> Tensor:
-    "Cross-entropy of `softcap_logits` against `targets` (-1 = ignored); chunked for 'mean'/'sum' but compiled on GPU."
+                          chunk_rows: int | None = None, impl: str = "fused") -> Tensor:
+    "Cross-entropy of `softcap_logits` against `targets` (-1 = ignored); `impl`: 'fused' (chunked) or 'plain'."
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"loss_reduction={reduction!r}: allowed are 'mean', 'sum', 'none'")
-    if reduction == "none" or (torch.compiler.is_compiling() and h.device.type != "cpu"):
-        logits = softcap_logits(h, weight, vocab_size)
-        return F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1), ignore_index=-1,
-                               reduction=reduction)
+    if check_impl(impl) == "plain" or reduction == "none" or (torch.compiler.is_compiling() and h.device.type != "cpu"):
+        return softcap_cross_entropy_plain(h, weight, targets, vocab_size, reduction)
     numel = COMPILED_LOSS_CHUNK_NUMEL if torch.compiler.is_compiling() else LOSS_CHUNK_NUMEL
     chunk_rows = chunk_rows or max(1, numel // vocab_size)
     with_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
@@ -330,7 +342,7 @@ class GPT(nn.Module):
         self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(self.padded_vocab_size, kv_dim)
                                            for i in range(L) if has_value_embedding(i, L)})
         self.router = DepthRouter(d, L, residual=config.residual, block_size=config.block_size,
-                                  convert=config.residual_convert)
+                                  convert=config.residual_convert, impl=config.impl)
         self.rotary_seq_len = 10 * config.sequence_len  # room for generation past the training length
         cos, sin = rotary_tables(self.rotary_seq_len, config.head_dim, device=self.get_device())
         self.register_buffer("cos", cos, persistent=False)
@@ -402,7 +414,8 @@ class GPT(nn.Module):
         x = norm(self.router.read(routing, 2 * L, x - self.backout_lambda * x_mid))
         if targets is None:
             return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
-        return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction)
+        return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction,
+                                     impl=self.config.impl)
 
     @torch.inference_mode()
     def generate(self, tokens: list[int], max_tokens: int, temperature: float = 0.0, top_k: int | None = None,
