@@ -8,14 +8,16 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 # %% auto #0
 __all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_impl', 'paired_cpu_ms',
-           'median_ratio']
+           'median_ratio', 'one_thread']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -77,3 +79,14 @@ def paired_cpu_ms(fns: dict[str, Callable[[], object]], repeats: int = 40, warmu
 def median_ratio(a: list[float], b: list[float]) -> float:
     "Median over paired repeats of `a[i] / b[i]`."
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    "Run the block with torch on one thread, then restore: the same reductions, so the same numbers, anywhere."
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
