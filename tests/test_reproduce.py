@@ -68,8 +68,14 @@ def test_table_numbers_come_from_run_directories(repo):
     routing = {r["residual"]: r for r in rows(out / "routing.csv") if r["source"] == "ours (smoke)"}
     assert float(routing["delta_block"]["val_bpb"]) == val("d1_delta_block_s0")
     conv = {r["converted_to"]: r for r in rows(out / "routing_conversion.csv")}
-    first = json.loads((runs / "d1_conv_delta_block_s0" / "metrics.jsonl").read_text().splitlines()[0])
-    assert float(conv["delta_block"]["loss_first_step"]) == first["loss"]
+    logged = [json.loads(l) for l in (runs / "d1_conv_delta_block_s0" / "metrics.jsonl").read_text().splitlines()]
+    first = next(m for m in logged if "val_bpb" in m)  # the converted weights, before any update
+    assert first["step"] == json.loads((runs / "d1_base_s0" / "summary.json").read_text())["steps"]
+    assert float(conv["delta_block"]["at_conversion"]) == first["val_bpb"]
+    assert abs(float(conv["standard"]["jump"])) < 1e-9  # the control continues the very same weights
+    chat = {r["variant"]: r for r in rows(out / "chatcore.csv") if r["source"] == "ours (smoke)"}
+    scored = json.loads((runs / "d2_xsa_sft_s0" / "eval.json").read_text())["chatcore"]
+    assert float(chat["XSA α=1"]["chatcore"]) == scored["chatcore"]
 
     edited = repo / "edited_runs"  # change one eval.json: the regenerated table follows it
     shutil.copytree(runs, edited)

@@ -13,23 +13,27 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nbdev.config import get_config
 from tqdm.auto import tqdm
 
+from .chat import chat_sample_dir
+from .docs import run_papermill  # atomic executed notebooks, the kernel's own log lines silenced
 from .trainer import TrainConfig, check_same_run, resolve_run, run_plan, validate
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset',
-           'get_preset', 'run_status', 'without_env', 'train_params', 'torchrun_command', 'run_experiment',
-           'plan_experiment', 'plan_experiment_text']
+__all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
+           'study_runs', 'make_preset', 'get_preset', 'run_status', 'without_env', 'train_params', 'torchrun_command',
+           'run_experiment', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
 class Run:
-    "One training + evaluation: a name, TrainConfig overrides on top of the preset's base, 11_eval parameters."
+    "One run: a name, the overrides of its notebook's parameters, 11_eval parameters, and the run it starts from."
     name: str
-    train: dict
+    train: dict                         # 10_train: TrainConfig overrides on the preset's base; 14_sft: its parameters
     eval: dict = field(default_factory=dict)
-    after: str = ""  # a run that must be complete first (init_from)
+    after: str = ""                     # a run that must be complete first: continued (conversion) or fine-tuned
+    kind: str = "train"                 # "train" (10_train) or "sft" (14_sft, started from `after`)
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,23 @@ class Scale:
     partial_alpha: float                # a partial XSA strength (at the larger depth; 0: no such run)
     routing: tuple[str, ...]            # residual presets besides standard
     routing_depths: tuple[int, ...]     # depths of the routing comparison
-    convert_to: tuple[str, ...]         # presets a trained baseline is converted into
+    convert_to: tuple[str, ...]         # presets a trained baseline is converted into (standard is the control)
     convert_steps: int                  # steps of continued training after conversion
     tokens_per_step: int                # kept fixed across sequence lengths
     base: dict                          # TrainConfig fields shared by every run
     eval: dict                          # 11_eval parameters shared by every run
+    larger_seeds: tuple[int, ...] = ()      # seeds of baseline vs XSA at the larger depth (empty: all of seeds)
+    routing_seeds: tuple[int, ...] = (0,)   # seeds of the routing presets at the smaller depth (a subset of seeds)
+    convert_seeds: tuple[int, ...] = (0,)   # seeds whose baseline is converted (a subset of seeds)
+    shapes: dict = field(default_factory=dict)  # depth -> {"n_embd", "n_head"}: published shapes at those depths
+    sft: dict = field(default_factory=dict)     # 14_sft parameters; given: the larger depth's pair is fine-tuned
+    chat_eval: dict = field(default_factory=dict)  # 11_eval parameters added for the fine-tuned runs (ChatCORE)
+
+    def __post_init__(self):
+        for name in ("larger_seeds", "routing_seeds", "convert_seeds"):
+            if not set(getattr(self, name)) <= set(self.seeds):
+                raise ValueError(f"{name} {getattr(self, name)} must be among seeds {self.seeds}: their baselines "
+                                 "are the headline's")
 
 
 @dataclass(frozen=True)
@@ -82,23 +98,35 @@ def study_runs(s: Scale) -> list[Run]:
     runs: dict[str, Run] = {}
 
     def add(name: str, after: str = "", **overrides) -> None:
-        runs.setdefault(name, Run(name, s.base | batch(T0) | overrides, dict(s.eval), after))
+        shape = s.shapes.get(overrides["depth"], {})
+        runs.setdefault(name, Run(name, s.base | batch(T0) | shape | overrides, dict(s.eval), after))
 
     small, big = s.depths[0], s.depths[-1]
+    big_seeds = s.larger_seeds or s.seeds
 
     def xsa_pair(depth: int, seed: int) -> None:
         for v in ("base", "xsa"):
             add(run_name(depth, v, seed), depth=depth, seed=seed, **VARIANTS[v])
 
+    def conversions(seed: int) -> None:  # continued from the baseline of the same seed; standard is the control
+        for preset in ("standard",) + s.convert_to:
+            add(run_name(small, f"conv_{preset}", seed), after=run_name(small, "base", seed), depth=small, seed=seed,
+                residual=preset, steps=s.convert_steps, eval_every=max(1, s.convert_steps // 4))
+
+    def routed(depth: int, seed: int) -> None:
+        for preset in s.routing:
+            add(run_name(depth, preset, seed), depth=depth, seed=seed, residual=preset)
+
     for seed in s.seeds:                                     # 1. XSA under Muon: smaller depth, every seed
         xsa_pair(small, seed)
-    xsa_pair(big, s.seeds[0])                                # 1. larger depth, first seed
-    for preset in ("standard",) + s.convert_to:              # 3. conversion of the trained baseline
-        add(run_name(small, f"conv_{preset}"), after=run_name(small), depth=small, residual=preset,
-            residual_convert=preset != "standard", steps=s.convert_steps)
+    xsa_pair(big, big_seeds[0])                              # 1. larger depth, first seed
+    if s.sft:                                                # 1. its chat models (ChatCORE)
+        for v in ("base", "xsa"):
+            name = run_name(big, f"{v}_sft", big_seeds[0])
+            runs[name] = Run(name, dict(s.sft), s.eval | s.chat_eval, run_name(big, v, big_seeds[0]), kind="sft")
+    conversions(s.convert_seeds[0])                          # 3. conversion of the trained baseline
     add(run_name(small, "sink"), depth=small, attn_sink=True)  # 2. learned sinks
-    for preset in s.routing:                                 # 3. routing presets, smaller depth
-        add(run_name(small, preset), depth=small, residual=preset)
+    routed(small, s.routing_seeds[0])                        # 3. routing presets, smaller depth
     for depth in s.size_depths:                              # 2. XSA paper: size
         xsa_pair(depth, s.seeds[0])
     for T in s.seq_lens[1:]:                                 # 2. sequence length, tokens per step fixed
@@ -112,29 +140,37 @@ def study_runs(s: Scale) -> list[Run]:
     if s.last_n:
         add(run_name(big, f"xsalast{s.last_n}"), depth=big, xsa_alpha=1.0, xsa_layers=f"last:{s.last_n}")
     for depth in s.routing_depths:                           # 3. routing presets, other depths
-        for preset in s.routing:
-            add(run_name(depth, preset), depth=depth, residual=preset)
-    for seed in s.seeds[1:]:                                 # 1. larger depth, the other seeds
+        routed(depth, s.routing_seeds[0])
+    for seed in s.routing_seeds[1:]:                         # 3. the other seeds of routing and conversion
+        routed(small, seed)
+    for seed in s.convert_seeds[1:]:
+        conversions(seed)
+    for seed in big_seeds[1:]:                               # 1. larger depth, the other seeds
         xsa_pair(big, seed)
     return list(runs.values())
 
 
 def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
-    "A preset whose runs are `study_runs(scale)`, each configuration validated."
+    "A preset whose runs are `study_runs(scale)`, each training configuration validated."
     runs = tuple(study_runs(scale))
     for r in runs:
-        validate(TrainConfig(**{k: v for k, v in r.train.items() if k not in ("data_dir", "tokenizer_path",
-                                                                                 "init_from")}))
+        if r.kind == "train":
+            validate(TrainConfig(**{k: v for k, v in r.train.items() if k not in ("data_dir", "tokenizer_path")}))
     return Preset(name, scale, hardware, runs)
 
 # %% ../nbs/09_experiments.ipynb #0e07fe1e
 CACHE = "~/.cache/xsa_nb"
-_CPU_BASE = dict(steps=40, warmup_steps=4, eval_every=-1, eval_tokens=4096, save_every=-1, device="cpu")
-_GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, device="cuda", compile=True,
+_CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=8.0, eval_every=32, eval_tokens=32768, save_every=-1,
+                 device="cpu", device_batch_size=8)  # the learning curve's point (below): d2 at 1 M tokens, lr × 8
+_GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, device="cuda", compile=True, head_dim=64,
                  eval_every=250, eval_tokens=10 * 524288, save_every=1000,
                  data_dir=f"{CACHE}/climbmix", tokenizer_path=f"{CACHE}/tokenizer.json")
 _GPU_EVAL = dict(core_bundle=f"{CACHE}/eval_bundle", core_max_per_task=500, eval_tokens=10 * 524288, diag_rows=8)
+_GPU_CHAT = dict(chat_dir=f"{CACHE}/chat")  # 14_sft on nanochat's mixture, then ChatCORE on the five test splits
+PUBLISHED_SHAPES = {12: dict(n_embd=768, n_head=12), 24: dict(n_embd=1024, n_head=16)}
+"The shapes of the XSA-under-Muon study's d12 and d24 models (head size 64)."
 ROUTING = ("attnres", "delta_block", "attnres_block", "delta")  # the paper's main pair first
+CONVERSIONS = ("attnres", "delta_block", "delta")  # the Delta paper's conversion arms (standard is the control)
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     make_preset("smoke", Scale(
@@ -142,12 +178,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         partial_alpha=0, routing=("delta_block",), routing_depths=(1,), convert_to=("delta_block",),
         convert_steps=3, tokens_per_step=256,
         base=dict(steps=4, warmup_steps=1, eval_every=-1, eval_tokens=512, save_every=-1, device="cpu"),
-        eval=dict(eval_tokens=512, diag_rows=2, device="cpu")), "CPU (any)"),
+        eval=dict(eval_tokens=512, diag_rows=2, device="cpu"),
+        sft=dict(steps=3, eval_every=-1, eval_tokens=256, save_every=-1, device="cpu"),
+        chat_eval=dict(chat_dir=str(chat_sample_dir()))), "CPU (any)"),
     make_preset("cpu", Scale(
-        depths=(2, 4), size_depths=(2, 3, 4), seq_lens=(128, 64, 256, 512), lr_scales=(1.0, 0.5, 2.0),
-        seeds=(0, 1, 2), last_n=2, partial_alpha=0.5, routing=ROUTING, routing_depths=(2, 4),
-        convert_to=("delta_block", "attnres"), convert_steps=30, tokens_per_step=1024, base=_CPU_BASE,
-        eval=dict(eval_tokens=16384, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
+        depths=(2, 4), size_depths=(2, 4), seq_lens=(256, 128, 512), lr_scales=(8.0, 4.0, 16.0),
+        seeds=(0, 1, 2, 3, 4), larger_seeds=(0,), last_n=0, partial_alpha=0, routing=CONVERSIONS,
+        routing_depths=(2,), routing_seeds=(0, 1, 2), convert_to=CONVERSIONS, convert_steps=64,
+        convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE,
+        eval=dict(eval_tokens=65536, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
     make_preset("gpu-smoke", Scale(
         depths=(6, 8), size_depths=(6, 8), seq_lens=(2048,), lr_scales=(1.0,), seeds=(0,), last_n=0,
         partial_alpha=0, routing=("delta_block",), routing_depths=(6,), convert_to=("delta_block",),
@@ -158,13 +197,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     make_preset("d12", Scale(
         depths=(8, 12), size_depths=(6, 9, 12), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
         seeds=(0,), last_n=6, partial_alpha=0.5, routing=ROUTING, routing_depths=(8, 12),
-        convert_to=("delta_block", "attnres"), convert_steps=500, tokens_per_step=524288,
-        base=_GPU_BASE | dict(device_batch_size=32), eval=_GPU_EVAL), "GPU node (8×H100 class), bf16"),
+        convert_to=CONVERSIONS, convert_steps=500, tokens_per_step=524288, shapes=PUBLISHED_SHAPES,
+        base=_GPU_BASE | dict(device_batch_size=32), eval=_GPU_EVAL, sft=_GPU_CHAT, chat_eval=_GPU_CHAT),
+        "GPU node (8×H100 class), bf16"),
     make_preset("d24", Scale(
         depths=(12, 24), size_depths=(12, 16, 24), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
         seeds=(0,), last_n=12, partial_alpha=0.5, routing=ROUTING, routing_depths=(12, 24),
-        convert_to=("delta_block", "attnres"), convert_steps=1000, tokens_per_step=524288,
-        base=_GPU_BASE | dict(device_batch_size=16), eval=_GPU_EVAL), "GPU node (8×H100 class), bf16"),
+        convert_to=CONVERSIONS, convert_steps=1000, tokens_per_step=524288, shapes=PUBLISHED_SHAPES,
+        base=_GPU_BASE | dict(device_batch_size=16), eval=_GPU_EVAL, sft=_GPU_CHAT, chat_eval=_GPU_CHAT),
+        "GPU node (8×H100 class), bf16"),
 ]}
 
 
@@ -195,10 +236,10 @@ def without_env(name: str):
 
 
 def train_params(run: Run, runs_dir: Path) -> dict:
-    "10_train parameters of `run` in `runs_dir`: its overrides, its run_dir, init_from resolved to a directory."
+    "Notebook parameters of `run` in `runs_dir`: its overrides, its run_dir, the run it starts from as a directory."
     params = dict(run.train, run_dir=str(runs_dir / run.name))
-    if run.after:
-        params["init_from"] = str(runs_dir / run.after)
+    if run.after:  # a conversion continues its baseline (weights, optimizer, data, step); fine-tuning starts from one
+        params["init_from" if run.kind == "sft" else "continue_from"] = str(runs_dir / run.after)
     for key in ("data_dir", "tokenizer_path", "core_bundle"):
         if params.get(key):
             params[key] = str(Path(params[key]).expanduser())
@@ -216,10 +257,6 @@ def torchrun_command(params: dict, nproc: int) -> list[str]:
 def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: list[str] | None = None,
                    log=print) -> list[Path]:
     "Train and evaluate every run of `preset` under `root/runs/<preset>/` (skipping complete ones); return the dirs."
-    from nbdev.config import get_config
-
-    from xsa_nb.docs import run_papermill  # atomic executed notebooks, the kernel's own log lines silenced
-
     p = get_preset(preset)
     root = Path(root or get_config().config_path)
     runs_dir = root / "runs" / preset
@@ -229,7 +266,12 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
         for run in tqdm(todo, desc=f"preset {preset}", unit="run"):
             run_dir = runs_dir / run.name
             status, params = run_status(run_dir), train_params(run, runs_dir)
-            if status != "todo":  # reuse only what this very configuration and recipe made
+            notebook = "14_sft" if run.kind == "sft" else "10_train"
+            if status != "todo" and run.kind == "sft":  # a fine-tuned run must come from this base run
+                saved = json.loads((run_dir / "config.json").read_text())["init_from"]
+                if Path(saved) != Path(params["init_from"]):
+                    raise ValueError(f"{run_dir} was fine-tuned from {saved}, not {params['init_from']}: remove it")
+            if status != "todo" and run.kind == "train":  # reuse only what this configuration and recipe made
                 cfg = TrainConfig(**params)
                 check_same_run(run_dir, cfg, resolve_run(cfg, world_size=nproc)[2])
             if status == "complete":
@@ -237,10 +279,10 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 continue
             run_dir.mkdir(parents=True, exist_ok=True)  # papermill writes the executed notebook into it
             if status == "todo":
-                if nproc > 1:
+                if nproc > 1 and run.kind == "train":
                     subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
                 else:
-                    run_papermill(root / "nbs" / "10_train.ipynb", run_dir / "train.ipynb", params, cwd=root)
+                    run_papermill(root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params, cwd=root)
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" else v for k, v in run.eval.items()}
             run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
                           cwd=root)
@@ -250,10 +292,10 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
 
 # %% ../nbs/09_experiments.ipynb #f6dc28ea
 def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1) -> list[dict]:
-    "One row per run of `preset`, resolved as its training would be but without training (see `run_plan`)."
+    "One row per training run of `preset`, resolved as its training would be but without training (see `run_plan`)."
     runs_dir = Path(root or ".") / "runs" / preset
     rows = []
-    for run in get_preset(preset).runs:
+    for run in (r for r in get_preset(preset).runs if r.kind == "train"):  # 14_sft sizes itself from its mixture
         plan = run_plan(TrainConfig(**train_params(run, runs_dir)), world_size=nproc)
         s, r = plan["settings"], plan["recipe"]
         rows.append(dict(run=run.name, device=s["device"], dtype=s["dtype"], seq_len=s["seq_len"],
@@ -275,4 +317,7 @@ def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1) -> str:
     tail = [f"{len(rows)} runs of preset {preset} on {nproc} process(es): {sum(r['tokens'] for r in rows):,} training tokens, "
             f"about {sum(r['seconds'] for r in rows) / 3600:.1f} h of training (evaluation not included)",
             f"data: {data}" + (f"; {need} training shards needed, {fetch} to fetch ({size / 1e9:.1f} GB)" if need else "")]
+    sft = [r.name for r in get_preset(preset).runs if r.kind == "sft"]
+    if sft:
+        tail.append(f"then fine-tuned with 14_sft (not estimated: its steps follow the chat mixture): {', '.join(sft)}")
     return "\n".join([head, *body, *tail])

@@ -10,6 +10,7 @@ import functools
 import io
 import json
 import math
+import random
 import statistics
 from pathlib import Path
 
@@ -19,23 +20,26 @@ from scipy import stats
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from .chat import CHAT_TASKS, PUBLISHED_CHATCORE
 from .data import default_data_dir
-from .eval import count_model_bpb, training_counts
-from .experiments import Preset, get_preset, run_name, run_status
+from .eval import CORE_TASKS, count_model_bpb, training_counts
+from .experiments import PUBLISHED_SHAPES, Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .trainer import TrainConfig, resolve_settings, run_tokenizer
 from .utils import atomic_write_text
 
 # %% auto #0
-__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'REPORT_FILES', 'read_run', 'read_runs', 'mean_std',
-           'paired_difference', 'markdown_table', 'write_table', 'val_bpb_by_seed', 'run_commits', 'context_notes',
-           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_muon_figure', 'xsa_sweep_rows',
-           'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_rows', 'routing_figures',
-           'count_references', 'check_one_commit', 'write_report', 'synthetic_runs']
+__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'VERDICT_COLOURS', 'REPORT_FILES', 'read_run',
+           'read_runs', 'mean_std', 'paired_difference', 'markdown_table', 'write_table', 'val_bpb_by_seed',
+           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
+           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows',
+           'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows',
+           'routing_figures', 'chatcore_rows', 'effects_figure', 'report_effects', 'count_references',
+           'check_one_commit', 'write_report', 'synthetic_runs']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
-    "config, summary, eval and train log of a complete run directory, or None if it is not complete."
+    "config, summary, eval, training and validation logs of a complete run directory, or None if not complete."
     run_dir = Path(run_dir)
     if run_status(run_dir) != "complete":
         return None
@@ -45,6 +49,7 @@ def read_run(run_dir: Path) -> dict | None:
     return {"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
             "summary": json.loads((run_dir / "summary.json").read_text()),
             "eval": json.loads((run_dir / "eval.json").read_text()), "train": train,
+            "val": [m for m in lines if "val_bpb" in m],
             "tok_per_s": speeds[-1], "final_loss": statistics.fmean(m["loss"] for m in train[-10:])}
 
 
@@ -70,7 +75,7 @@ def paired_difference(base: dict[int, float], variant: dict[int, float], lower_i
         return out
     mean_base, diff = statistics.fmean(base[s] for s in seeds), statistics.fmean(diffs)
     out.update(base=mean_base, variant=statistics.fmean(variant[s] for s in seeds), diff=diff,
-               change_pct=100 * diff / mean_base, verdict="exploratory (1 seed)")
+               change_pct=100 * diff / mean_base if mean_base else None, verdict="exploratory (1 seed)")
     if len(seeds) > 1:
         half = stats.t.ppf((1 + confidence) / 2, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
         out.update(ci_low=diff - half, ci_high=diff + half)
@@ -135,14 +140,29 @@ def val_bpb_by_seed(runs: dict, depth: int, variant: str, seeds, **kw) -> dict[i
     return {s: runs[n]["eval"]["val_bpb"] for s in seeds if (n := run_name(depth, variant, s, **kw)) in runs}
 
 
-def _core(run: dict):
+def core_result(run: dict) -> tuple[float | None, bool]:
+    "A run's CORE, and whether it was scored on the whole DCLM bundle (CORE as published) or a smaller offline one."
     core = run["eval"].get("core")
-    return core.get("core") if isinstance(core, dict) else core
+    if isinstance(core, dict):
+        return core.get("core"), len(core.get("tasks", [])) == len(CORE_TASKS)
+    return core, True
+
+
+def offline_core_tasks(runs: dict) -> int:
+    "The number of tasks of the offline-built CORE bundle the runs were scored on (0: none was)."
+    return max((len(r["eval"]["core"].get("tasks", [])) for r in runs.values() if isinstance(r["eval"].get("core"), dict)
+                and not core_result(r)[1]), default=0)
+
+
+def published_source(depth: int) -> str:
+    "The label of a published row: whose numbers, and the shape of the model they come from."
+    shape = PUBLISHED_SHAPES.get(depth)
+    return f"published (theirs; {shape['n_embd']} wide, {shape['n_head']} heads)" if shape else "published (theirs)"
 
 
 def _tokens(runs: dict) -> str:
-    seen = sorted({r["summary"]["tokens"] for r in runs.values() if "_conv_" not in r["name"]})
-    conv = sorted({r["summary"]["tokens"] for r in runs.values() if "_conv_" in r["name"]})
+    seen = sorted({r["summary"]["tokens"] for r in runs.values() if "_conv_" not in r["name"] and "_sft_" not in r["name"]})
+    conv = sorted({r["summary"].get("recipe", r["summary"])["tokens"] for r in runs.values() if "_conv_" in r["name"]})
     text = ", ".join(f"{t:,}" for t in seen) if seen else "–"
     return text + (f" (conversion runs: {', '.join(f'{t:,}' for t in conv)} more)" if conv else "")
 
@@ -191,8 +211,9 @@ def reference_rows(references: dict, depth_key: str, depth_value, columns: list[
 def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
     "Study 1 rows: ours per depth and variant (paired over seeds), the count references, then the published ones."
     s, rows = preset.scale, []
+    offline = offline_core_tasks(runs)
     columns = ["source", "depth", "variant", "seeds", "val_bpb", "change_pct", "diff", "ci95_low", "ci95_high",
-               "verdict", "core"]
+               "verdict", "core"] + ([f"core_{offline}_offline"] if offline else [])
     has_core = bool(s.eval.get("core_bundle"))
     for depth in s.depths:
         base = val_bpb_by_seed(runs, depth, "base", s.seeds)
@@ -202,37 +223,39 @@ def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
         if depth == s.depths[-1]:
             variants += [(f"xsa{s.partial_alpha:g}", f"XSA α={s.partial_alpha:g}", s.seeds[:1]),
                          (f"xsalast{s.last_n}", f"XSA α=1, last {s.last_n} layers", s.seeds[:1])]
-        core_of = lambda v, seeds: [x for x in map(_core, _seeds(runs, depth, v, seeds)) if x is not None]
-        core = lambda v, seeds: statistics.fmean(core_of(v, seeds)) if core_of(v, seeds) else (
-            None if has_core else "no bundle")
+        def core(v: str, seeds) -> dict:
+            "Mean CORE over seeds on the whole bundle (as published) and, in its own column, on the offline one."
+            results = [core_result(r) for r in _seeds(runs, depth, v, seeds)]
+            mean = lambda whole: statistics.fmean(xs) if (
+                xs := [c for c, w in results if c is not None and w == whole]) else None
+            out = {"core": mean(True) if mean(True) is not None or has_core else "no bundle"}
+            return out | ({f"core_{offline}_offline": mean(False)} if offline else {})
         rows.append(dict.fromkeys(columns) | {"source": f"ours ({preset.name})", "depth": depth,
                                               "variant": "baseline", "seeds": len(base),
-                                              "val_bpb": statistics.fmean(base.values()), "verdict": "reference",
-                                              "core": core("base", s.seeds)})
+                                              "val_bpb": statistics.fmean(base.values()), "verdict": "reference"}
+                     | core("base", s.seeds))
         for v, label, seeds in variants:
             c = paired_difference(base, val_bpb_by_seed(runs, depth, v, seeds))
             if c["seeds"]:
                 rows.append({"source": f"ours ({preset.name})", "depth": depth, "variant": label,
-                             "val_bpb": c["variant"], **comparison_columns(c), "core": core(v, seeds)})
+                             "val_bpb": c["variant"], **comparison_columns(c)} | core(v, seeds))
         shape = (runs[run_name(depth, "base", min(base))]["config"]["seq_len"],
                  runs[run_name(depth, "base", min(base))]["config"]["device_batch_size"])
         rows += reference_rows(references.get(shape, {}), "depth", depth, columns)
     for depth, b, x, cb, cx in PUBLISHED_XSA_MUON:
         for label, bpb, core_, change in (("baseline", b, cb, None), ("XSA α=1", x, cx, 100 * (x / b - 1))):
-            rows.append(dict.fromkeys(columns) | {"source": "published (theirs)", "depth": depth, "variant": label,
+            rows.append(dict.fromkeys(columns) | {"source": published_source(depth), "depth": depth, "variant": label,
                                                   "val_bpb": bpb, "change_pct": change, "core": core_,
                                                   "verdict": "as published"})
     return rows
 
 
-def _smooth(ys: list[float], width: int = 10) -> list[float]:
-    return [statistics.fmean(ys[max(0, i - width + 1): i + 1]) for i in range(len(ys))]
-
-
-def _mean_curve(rs: list[dict]) -> tuple[list[int], list[float]]:
-    n = min(len(r["train"]) for r in rs)
-    return ([r["step"] for r in rs[0]["train"][:n]],
-            [statistics.fmean(r["train"][i]["loss"] for r in rs) for i in range(n)])
+def val_band(rs: list[dict]) -> tuple[list[int], list[float], list[float], list[float]]:
+    "Steps, mean, min and max over runs of the validation bpb at each evaluation the runs share (after step 0)."
+    vals = [[m for m in r["val"] if m["step"] > 0] for r in rs]  # the untrained model's bpb would flatten the rest
+    n = min(map(len, vals))
+    at = [[v[i]["val_bpb"] for v in vals] for i in range(n)]
+    return [m["step"] for m in vals[0][:n]], [statistics.fmean(x) for x in at], [min(x) for x in at], [max(x) for x in at]
 
 
 def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
@@ -245,8 +268,9 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
             rs = _seeds(runs, depth, v, s.seeds)
             if not rs:
                 continue
-            steps, loss = _mean_curve(rs)
-            a.plot(steps, _smooth(loss), color=color, label=f"{label} ({len(rs)} seed{'s' * (len(rs) > 1)})")
+            steps, mean, lo, hi = val_band(rs)
+            a.plot(steps, mean, "o-", ms=3, color=color, label=f"{label} ({len(rs)} seed{'s' * (len(rs) > 1)})")
+            a.fill_between(steps, lo, hi, color=color, alpha=0.2)
             att = [r["eval"]["attention"] for r in rs]
             layers = range(len(att[0]["cos_before"]))
             mean = lambda key: [statistics.fmean(x[key][i] for x in att) for i in layers]
@@ -254,8 +278,8 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
             if v == "xsa":
                 b.plot(layers, mean("cos_after"), "s--", color=color, label=f"{label}: cos(y, v) after XSA")
             b.plot(layers, mean("diagonal_mass"), "^:", color=color, alpha=0.7, label=f"{label}: diagonal mass a_ii")
-        a.set(xlabel="step (updates applied)", ylabel="training loss (nats/token, 10-step mean)",
-              title=f"d{depth}: training loss, baseline vs XSA")
+        a.set(xlabel="step (updates applied)", ylabel="validation bits per byte (band: seed range)",
+              title=f"d{depth}: validation, baseline vs XSA")
         b.set_xticks(range(depth))
         b.set(xlabel="layer (0 = nearest the input)", ylabel="mean over tokens and heads",
               title=f"d{depth}: XSA removes the self-value component")
@@ -264,7 +288,7 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    fig.suptitle(f"XSA under Muon ({preset.name} preset): loss curves and attention diagnostics")
+    fig.suptitle(f"XSA under Muon ({preset.name} preset): validation curves and attention diagnostics")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -358,7 +382,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                "ci95_high", "verdict", "max_weight_final_read", "max_weight_mean", "adjacent_source_cos",
                "router_sources"]
     for depth in s.routing_depths:
-        standard = val_bpb_by_seed(runs, depth, "base", s.seeds)
+        standard = val_bpb_by_seed(runs, depth, "base", s.routing_seeds)  # the seeds the routed rows pair with
         if not standard:
             continue
         std_run = runs[run_name(depth, "base", min(standard))]
@@ -370,7 +394,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                                               "perplexity": ppl(statistics.fmean(standard.values())),
                                               "verdict": "reference"})
         for name in s.routing:
-            routed = val_bpb_by_seed(runs, depth, name, s.seeds)
+            routed = val_bpb_by_seed(runs, depth, name, s.routing_seeds)
             c = paired_difference(standard, routed)
             if not c["seeds"]:
                 continue
@@ -385,24 +409,38 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
         rows += [r | {"perplexity": ppl(r["val_bpb"])} for r in reference_rows(ref, "size", f"d{depth}", columns)]
     for size, published in PUBLISHED_DELTA_PPL.items():
         for name, p in published.items():
-            rows.append(dict.fromkeys(columns) | {"source": "published (theirs)", "size": size, "residual": name,
+            rows.append(dict.fromkeys(columns) | {"source": f"published (theirs; {size} parameters)", "size": size,
+                                                  "residual": name,
                                                   "perplexity": p, "verdict": "as published"})
     return rows
 
 
+def conversion_points(preset: Preset, runs: dict, target: str) -> dict[str, dict[int, float]]:
+    "Per seed: the baseline's last val bpb, the converted run's val bpb before its first update, and at its end."
+    small, out = preset.scale.depths[0], {"before": {}, "at": {}, "after": {}}
+    for seed in preset.scale.convert_seeds:
+        src, conv = runs.get(run_name(small, "base", seed)), runs.get(run_name(small, f"conv_{target}", seed))
+        if src and conv and src["val"] and conv["val"]:
+            out["before"][seed], out["at"][seed] = src["val"][-1]["val_bpb"], conv["val"][0]["val_bpb"]
+            out["after"][seed] = conv["val"][-1]["val_bpb"]
+    return out
+
+
 def conversion_rows(preset: Preset, runs: dict) -> list[dict]:
-    "Loss around the conversion of the trained baseline into each preset by continued training."
+    "Validation bpb at the moment each seed's baseline is converted (the jump) and after continued training."
     s, rows = preset.scale, []
-    src = runs.get(run_name(s.depths[0], "base"))
+    control = conversion_points(preset, runs, "standard")
     for target in ("standard",) + s.convert_to:
-        r = runs.get(run_name(s.depths[0], f"conv_{target}"))
-        if src is None or r is None:
+        v = conversion_points(preset, runs, target)
+        if not v["at"]:
             continue
-        before = statistics.fmean(m["loss"] for m in src["train"][-5:])
-        first = [m["loss"] for m in r["train"][:10]]
-        rows.append({"converted_to": target, "loss_before": before, "loss_first_step": first[0],
-                     "max_jump_first_10": max(first) - before, "val_bpb": r["eval"]["val_bpb"],
-                     "steps": r["summary"]["steps"]})
+        jump, after = paired_difference(v["before"], v["at"]), paired_difference(control["after"], v["after"])
+        rows.append({"converted_to": target, "seeds": jump["seeds"], "val_before": jump["base"],
+                     "at_conversion": jump["variant"], "jump": jump["diff"], "jump_low": jump["ci_low"],
+                     "jump_high": jump["ci_high"], "jump_verdict": jump["verdict"].replace("worse", "jumps"),
+                     f"after_{s.convert_steps}_steps": statistics.fmean(v["after"].values()), "vs_control": after["diff"],
+                     "ci95_low": after["ci_low"], "ci95_high": after["ci_high"],
+                     "verdict": "control" if target == "standard" else after["verdict"]})
     return rows
 
 
@@ -458,18 +496,18 @@ def routing_figures(preset: Preset, runs: dict, out_dir: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    src = runs.get(run_name(s.depths[0], "base"))
-    if src:
-        tail = src["train"][-20:]
-        ax.plot([m["step"] - len(src["train"]) for m in tail], [m["loss"] for m in tail], "k-", label="baseline before")
-        for k, target in enumerate(("standard",) + s.convert_to):
-            r = runs.get(run_name(s.depths[0], f"conv_{target}"))
-            if r:
-                ax.plot([m["step"] for m in r["train"]], [m["loss"] for m in r["train"]], ["-", "--", ":"][k % 3],
-                        color=f"C{k}", lw=2.5 - 0.7 * k, label=f"continued as {target}")
+    small = s.depths[0]
+    for k, target in enumerate(("standard",) + s.convert_to):
+        curves = [runs[n]["val"] for seed in s.convert_seeds if (n := run_name(small, f"conv_{target}", seed)) in runs]
+        if curves:  # every seed's run evaluates at the same steps: average point by point
+            n = min(map(len, curves))
+            xs = [m["step"] - curves[0][0]["step"] for m in curves[0][:n]]
+            ax.plot(xs, [statistics.fmean(c[i]["val_bpb"] for c in curves) for i in range(n)], "o-", color=f"C{k}",
+                    lw=2.5 - 0.5 * k, ms=4, label=f"continued as {target} ({len(curves)} seed{'s' * (len(curves) > 1)})")
     ax.axvline(0, color="grey", ls="--", lw=0.8)
-    ax.set(xlabel="step relative to conversion (updates)", ylabel="training loss (nats/token, raw)",
-           title=f"d{s.depths[0]}: loss around conversion (standard = control for the restarted schedule)")
+    ax.set(xlabel="updates after conversion (0: converted weights, before any update)",
+           ylabel="validation bits per byte (mean over seeds)",
+           title=f"d{small}: converting trained baselines (standard = the control)")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
@@ -479,10 +517,75 @@ def routing_figures(preset: Preset, runs: dict, out_dir: Path) -> list[Path]:
     plt.close(fig)
     return paths
 
+# %% ../nbs/12_report.ipynb #1a12faf7
+def chatcore_rows(preset: Preset, runs: dict) -> list[dict]:
+    "ChatCORE and per-task accuracy of the fine-tuned baseline and XSA models, then the published pair."
+    s = preset.scale
+    big, seed = s.depths[-1], (s.larger_seeds or s.seeds)[0]  # the runs study_runs fine-tunes
+    columns = ["source", "depth", "variant", "seeds", "chatcore", "change_pct", "verdict", *CHAT_TASKS]
+    scores = {v: runs[n]["eval"]["chatcore"] for v in ("base", "xsa")
+              if (n := run_name(big, f"{v}_sft", seed)) in runs and runs[n]["eval"].get("chatcore")}
+    c = paired_difference({seed: scores["base"]["chatcore"]}, {seed: scores["xsa"]["chatcore"]}, lower_is_better=False) \
+        if len(scores) == 2 else {"change_pct": None, "verdict": "no pair"}
+    rows = [dict.fromkeys(columns) | {"source": f"ours ({preset.name})", "depth": big, "variant": label, "seeds": 1,
+                                      "chatcore": scores[v]["chatcore"],
+                                      "change_pct": c["change_pct"] if v == "xsa" else None,
+                                      "verdict": c["verdict"] if v == "xsa" else "reference"}
+            | {t["task"]: t["accuracy"] for t in scores[v]["tasks"]}
+            for v, label in (("base", "baseline"), ("xsa", "XSA α=1")) if v in scores]
+    for size, published in PUBLISHED_CHATCORE.items():
+        depth = int(size.lstrip("d"))
+        for v, label in (("baseline", "baseline"), ("xsa", "XSA α=1")):
+            change = 100 * (published["xsa"] / published["baseline"] - 1) if v == "xsa" else None
+            rows.append(dict.fromkeys(columns) | {"source": published_source(depth), "depth": depth, "variant": label,
+                                                  "chatcore": published[v], "change_pct": change,
+                                                  "verdict": "as published"})
+    return rows
+
+# %% ../nbs/12_report.ipynb #9fb01600
+VERDICT_COLOURS = {"better": "tab:green", "worse": "tab:red", "jumps": "tab:red", "not resolved": "tab:gray"}
+
+
+def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) -> Path:
+    "One row per (label, {diff, low, high, verdict}): the difference and its interval, coloured by the verdict."
+    comparisons = [(label, r) for label, r in comparisons if r.get("diff") is not None]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(comparisons) + 1.4))
+    for y, (label, r) in enumerate(reversed(comparisons)):
+        colour = VERDICT_COLOURS.get(r["verdict"], "tab:blue")
+        if r.get("low") is not None:
+            ax.errorbar([r["diff"]], [y], xerr=[[r["diff"] - r["low"]], [r["high"] - r["diff"]]], fmt="o", color=colour,
+                        capsize=3)
+        else:  # one seed: a point without an interval, hollow
+            ax.plot([r["diff"]], [y], "o", mfc="none", color=colour)
+    ax.set_yticks(range(len(comparisons)), [label for label, _ in reversed(comparisons)], fontsize=8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set(xlabel="difference in validation bits per byte (< 0: lower than the reference)", title=title)
+    ax.grid(alpha=0.3, axis="x")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v != "jumps"]
+    handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", color="tab:blue", label="exploratory (1 seed)"))
+    ax.legend(handles=handles, fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
+    "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
+    pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
+    out = [(f"d{r['depth']} {r['variant']} − baseline", pick(r, "diff", "ci95_low", "ci95_high", "verdict"))
+           for r in muon if r["source"].startswith("ours") and r["variant"] != "baseline"]
+    out += [(f"{r['size']} {r['residual']} − standard", pick(r, "diff", "ci95_low", "ci95_high", "verdict"))
+            for r in routing if r["source"].startswith("ours") and r["residual"] != "standard"]
+    out += [(f"converted to {r['converted_to']}: jump at conversion", pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
+            for r in conversion if r["converted_to"] != "standard"]
+    return out
+
 # %% ../nbs/12_report.ipynb #f8fb8ab4
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_conversion.md", "routing_conversion.csv",
-                "routing_max_weight.png", "routing_heatmaps.png", "routing_conversion.png", "index.md")
+                "routing_max_weight.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
+                "effects.png", "index.md")
 
 
 @functools.lru_cache(maxsize=4)
@@ -522,16 +625,23 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     check_one_commit(runs, allow_mixed_commits)
     out_dir.mkdir(parents=True, exist_ok=True)
     references = count_references(p, runs)
-    seeds = f"{len(p.scale.seeds)} ({', '.join(map(str, p.scale.seeds))}) for baseline vs XSA α=1, 1 elsewhere"
+    s = p.scale
+    seeds = (f"{len(s.seeds)} ({', '.join(map(str, s.seeds))}) for baseline vs XSA α=1 at d{s.depths[0]}, "
+             f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}, 1 elsewhere")
     notes = context_notes(p, runs, seeds)
     core_note = ("CORE on the eval bundle " + p.scale.eval["core_bundle"] if p.scale.eval.get("core_bundle") else
                  "CORE: not measured (no eval bundle on this preset; the GPU presets report it)")
+    if offline_core_tasks(runs):
+        n = offline_core_tasks(runs)
+        core_note = (f"core: CORE on the whole {len(CORE_TASKS)}-task bundle, as published; core_{n}_offline: CORE-{n}, "
+                     "offline bundle (`xsa_nb data eval-bundle`), not comparable with published CORE")
     verdict_note = ("diff: mean over seeds of (variant − baseline) val bpb; ci95: paired Student-t 95 % interval; "
                     "verdict better / worse only when the interval excludes 0, 'exploratory (1 seed)' with one seed")
     units = (f"val_bpb: bits per byte on {p.scale.eval.get('eval_tokens', 0):,} validation tokens; reference rows: "
              "count models from the training split scored on the same validation rows (no training)")
     speed_note = "speed: see the benchmark (`13_bench`); run logs on a shared machine measure its load"
-    files = write_table(xsa_muon_rows(p, runs, references), out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
+    muon, routing = xsa_muon_rows(p, runs, references), routing_rows(p, runs, references)
+    files = write_table(muon, out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
                         notes + [core_note, units, verdict_note, speed_note])
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     atomic_write_text(out_dir / "headline.md", headline)
@@ -541,24 +651,42 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, "1 per point except the headline depths") + [
                              "bigram_bpb: the bigram count model at that point's evaluation shape", verdict_note])
     files.append(xsa_sweep_figure(p, sweep, out_dir / "xsa_sweeps.png"))
-    files += write_table(routing_rows(p, runs, references), out_dir, "routing", "Delta routing: residual presets",
-                         context_notes(p, runs, "1 per preset") + [
+    routing_seeds = f"{len(p.scale.routing_seeds)} at depth {p.scale.depths[0]}, 1 at other depths"
+    files += write_table(routing, out_dir, "routing", "Delta routing: residual presets",
+                         context_notes(p, runs, routing_seeds) + [
                              "perplexity: per token on the validation rows, exp(val_bpb · ln 2 · bytes per token); "
                              "tokenizer and corpus differ from theirs, so only the order of the rows compares",
                              "memory: router sources kept per token (activation memory grows with it); bytes in the "
                              "benchmark", verdict_note])
-    files += write_table(conversion_rows(p, runs), out_dir, "routing_conversion",
-                         "Converting a trained baseline by continued training",
-                         context_notes(p, runs, "1") + [
-                             "training losses (nats/token), exploratory: loss_before is the mean of the source run's "
-                             "last 5 steps; the continued run starts a new schedule (warm-up included) and reads the "
-                             "training stream from its start again, so its first batches are ones the baseline has seen",
-                             "max_jump_first_10: largest loss in the first 10 steps after conversion minus "
-                             "loss_before (> 0 is a spike); the standard row is the control: what restarting the "
-                             "schedule alone does; val_bpb at the end of the continued run"])
+    conversion = conversion_rows(p, runs)
+    files += write_table(conversion, out_dir, "routing_conversion",
+                         "Converting a trained baseline: the jump at conversion and after continued training",
+                         context_notes(p, runs, f"{len(p.scale.convert_seeds)} (each seed's baseline is converted)") + [
+                             "each arm continues its seed's trained baseline (`continue_from`: weights, optimizer "
+                             "state — new parameters start fresh —, data position and step) with the routing "
+                             "queries zero-initialised and nothing else; the learning rate stays at the value the "
+                             "baseline's schedule ended on, for every arm",
+                             "val bpb on the same validation rows: val_before is the baseline's last evaluation, "
+                             "at_conversion the converted model before any update; jump = at_conversion − "
+                             "val_before, with its paired 95 % interval (jumps: the interval is above 0); "
+                             "standard is the control (its jump is 0 up to floating-point reproducibility)",
+                             f"after_{p.scale.convert_steps}_steps: val bpb at the end; vs_control: paired difference "
+                             "from the standard arm, with its interval and verdict"])
+    files += write_table(chatcore_rows(p, runs), out_dir, "chatcore", "Chat models: ChatCORE after fine-tuning",
+                         context_notes(p, runs, "1 (exploratory)") + [
+                             "ChatCORE: mean over the five tasks of (accuracy − chance) / (1 − chance); chance 0.25 "
+                             "for ARC-Easy, ARC-Challenge and MMLU (letter choice), 0 for GSM8K and HumanEval "
+                             "(generation); the task columns are plain accuracies",
+                             "this preset fine-tunes no chat model" if not p.scale.sft else
+                             "at CPU scale, or on the committed sample, the scores sit at chance: a pipeline check"
+                             if any(r["summary"]["device"] == "cpu" for r in runs.values()) else
+                             f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}"])
     files += routing_figures(p, runs, out_dir)
-    index = [f"# Results: `{p.name}` preset\n", f"{len(runs)} of {len(p.runs)} runs complete.\n"]
-    for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion"):
+    files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
+                                f"Paired comparisons ({p.name} preset): mean and 95 % interval"))
+    index = [f"# Results: `{p.name}` preset\n", f"{len(runs)} of {len(p.runs)} runs complete.\n",
+             "![effects](effects.png)\n"]
+    for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
     for png in ("xsa_muon", "xsa_sweeps", "routing_max_weight", "routing_heatmaps", "routing_conversion"):
         index.append(f"![{png}]({png}.png)\n")
@@ -569,17 +697,21 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
 # %% ../nbs/12_report.ipynb #97c2e60e
 def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0, commit: str = "0" * 40) -> None:
     "Write a fake complete run directory for every run of `preset` (for testing the report)."
-    import random
     rng = random.Random(seed)
+    by_name = {r.name: r for r in preset.runs}
     for run in preset.runs:
         d = Path(runs_dir) / run.name
         d.mkdir(parents=True, exist_ok=True)
-        cfg = resolve_settings(TrainConfig(**run.train), "cpu").to_dict() | {"run_dir": str(d)}
+        trained = by_name[run.after] if run.kind == "sft" else run  # a chat model has its base run's architecture
+        cfg = resolve_settings(TrainConfig(**trained.train), "cpu").to_dict() | {"run_dir": str(d)}
         (d / "config.json").write_text(json.dumps(cfg))
         steps, tokens = cfg["steps"], cfg["seq_len"] * cfg["device_batch_size"]
+        start = by_name[run.after].train["steps"] if run.after and run.kind == "train" else 0  # continued runs
         train = [{"step": i, "loss": 8 * math.exp(-i / 20) + 3 + rng.gauss(0, 0.05), "tokens": (i + 1) * tokens,
-                  "tok_per_s": 1000 + rng.gauss(0, 20)} for i in range(steps)]
-        (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in train))
+                  "tok_per_s": 1000 + rng.gauss(0, 20)} for i in range(start, start + steps)]
+        val = [{"step": i, "val_bpb": 2.5 + math.exp(-i / 20) + rng.gauss(0, 0.01)}
+               for i in range(start, start + steps + 1, max(1, steps // 4))]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in sorted(train + val, key=lambda m: m["step"])))
         (d / "summary.json").write_text(json.dumps({"steps": steps, "tokens": steps * tokens, "device": "cpu",
                                                     "params": {"total": 1_000_000 * cfg["depth"]}, "commits": [commit],
                                                     "provenance": {"commit": commit, "dirty": False}}))
@@ -594,4 +726,7 @@ def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0, commit: str = 
             ev["routing"] = {"max_weight_by_layer": [0.5] * (L + 1), "points": points,
                              "sources": {k: {"n_sources": 2 * L + 1, "mean_adjacent_cosine": 0.3}
                                          for k in ("states", "deltas", "blocks")}}
+        if run.kind == "sft":
+            tasks = [{"task": t, "accuracy": rng.uniform(0, 0.5)} for t in CHAT_TASKS]
+            ev["chatcore"] = {"chatcore": rng.uniform(-0.1, 0.1), "tasks": tasks}
         (d / "eval.json").write_text(json.dumps(ev))

@@ -16,6 +16,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -52,7 +53,7 @@ __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'S
            'rng_state', 'set_rng_state', 'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint',
            'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_run', 'resolve_run',
            'build_model', 'build_optimizer', 'load_weights_from', 'continue_checkpoint', 'progress_line', 'train',
-           'read_metrics', 'read_config', 'read_settings', 'load_run']
+           'read_metrics', 'keep_run', 'read_kept', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -913,6 +914,21 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
     "The metrics log of a run directory as {'train': [...], 'val': [...]} (val includes CORE entries)."
     lines = [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l]
     return {"train": [m for m in lines if "loss" in m], "val": [m for m in lines if "loss" not in m]}
+
+# %% ../nbs/08_trainer.ipynb #d6afe91e
+def keep_run(cfg: TrainConfig, dest: Path) -> Path:
+    "Train `cfg` in a temporary directory and keep its record (metrics.jsonl, summary.json) in `dest`."
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory() as d:
+        train(dataclasses.replace(cfg, run_dir=d), log=lambda s: None, progress=False)
+        for name in ("metrics.jsonl", "summary.json"):
+            atomic_write_text(dest / name, (Path(d) / name).read_text())
+    return dest
+
+
+def read_kept(dest: Path) -> dict:
+    "A kept record as {'train': [...], 'val': [...], 'summary': {...}}."
+    return read_metrics(dest) | {"summary": json.loads((Path(dest) / "summary.json").read_text())}
 
 # %% ../nbs/08_trainer.ipynb #37c273ea
 def read_config(run_dir: Path) -> TrainConfig:
