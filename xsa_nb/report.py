@@ -25,7 +25,7 @@ from .data import default_data_dir
 from .eval import CORE_TASKS, count_model_bpb, training_counts
 from .experiments import PUBLISHED_SHAPES, Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
-from .trainer import TrainConfig, resolve_settings, run_tokenizer
+from .trainer import TrainConfig, read_metrics, resolve_settings, run_tokenizer
 from .utils import atomic_write_text
 
 # %% auto #0
@@ -43,13 +43,13 @@ def read_run(run_dir: Path) -> dict | None:
     run_dir = Path(run_dir)
     if run_status(run_dir) != "complete":
         return None
-    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
-    train = [m for m in lines if "loss" in m]
+    metrics = read_metrics(run_dir)
+    train = metrics["train"]
     speeds = sorted(m["tok_per_s"] for m in train[2:] or train)
     return {"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
             "summary": json.loads((run_dir / "summary.json").read_text()),
             "eval": json.loads((run_dir / "eval.json").read_text()), "train": train,
-            "val": [m for m in lines if "val_bpb" in m],
+            "val": [m for m in metrics["val"] if "val_bpb" in m],
             "tok_per_s": speeds[-1], "final_loss": statistics.fmean(m["loss"] for m in train[-10:])}
 
 
