@@ -39,7 +39,7 @@ class Run:
 @dataclass(frozen=True)
 class Scale:
     "Every study at one size: which depths, lengths, learning rates and seeds, on one base recipe."
-    depths: tuple[int, int]            # XSA-under-Muon and routing comparisons
+    depths: tuple[int, ...]            # XSA-under-Muon and routing comparisons (smaller, larger; or one)
     size_depths: tuple[int, ...]        # gain vs model size
     seq_lens: tuple[int, ...]           # gain vs sequence length (first: the base length)
     lr_scales: tuple[float, ...]        # robustness across learning rates (1.0 first)
@@ -160,8 +160,8 @@ def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
 
 # %% ../nbs/09_experiments.ipynb #0e07fe1e
 CACHE = "~/.cache/xsa_nb"
-_CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=8.0, eval_every=32, eval_tokens=32768, save_every=-1,
-                 device="cpu", device_batch_size=8)  # the learning curve's point (below): d2 at 1 M tokens, lr × 8
+_CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=4.0, eval_every=32, eval_tokens=32768, save_every=-1,
+                 device="cpu", device_batch_size=8)  # the learning curve's point (below): d2 at 1 M tokens, lr × 4
 _GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, device="cuda", compile=True, head_dim=64,
                  eval_every=250, eval_tokens=10 * 524288, save_every=1000,
                  data_dir=f"{CACHE}/climbmix", tokenizer_path=f"{CACHE}/tokenizer.json")
@@ -182,9 +182,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         sft=dict(steps=3, eval_every=-1, eval_tokens=256, save_every=-1, device="cpu"),
         chat_eval=dict(chat_dir=str(chat_sample_dir()))), "CPU (any)"),
     make_preset("cpu", Scale(
-        depths=(2, 4), size_depths=(2, 4), seq_lens=(256, 128, 512), lr_scales=(8.0, 4.0, 16.0),
-        seeds=(0, 1, 2, 3, 4), larger_seeds=(0,), last_n=0, partial_alpha=0, routing=CONVERSIONS,
-        routing_depths=(2,), routing_seeds=(0, 1, 2), convert_to=CONVERSIONS, convert_steps=64,
+        depths=(2,), size_depths=(2,), seq_lens=(256, 512), lr_scales=(4.0,), seeds=(0, 1, 2, 3, 4), last_n=0,
+        partial_alpha=0, routing=("attnres", "delta_block"), routing_depths=(2,), routing_seeds=(0, 1, 2),
+        convert_to=CONVERSIONS, convert_steps=32,
         convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE,
         eval=dict(eval_tokens=65536, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
     make_preset("gpu-smoke", Scale(

@@ -304,6 +304,9 @@ def xsa_sweep_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                for T in sorted(s.seq_lens)]
     points += [("learning-rate scale", f"×{lr:g}", small, first, dict(lr_scale=None if lr == s.lr_scales[0] else lr))
                for lr in sorted(s.lr_scales)]
+    swept = {sweep for sweep in ("size", "sequence length", "learning-rate scale")
+             if sum(p[0] == sweep for p in points) > 1}  # a sweep of one point repeats the headline: left out
+    points = [p for p in points if p[0] in swept]
     for sweep, setting, depth, seeds, kw in points:
         c = paired_difference(*(val_bpb_by_seed(runs, depth, v, seeds, **kw) for v in ("base", "xsa")))
         if c["seeds"]:
@@ -330,6 +333,10 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
     for ax, (sweep, xlabel) in zip(axes, [("size", "parameters (millions)"), ("sequence length", "sequence length (tokens)"),
                                           ("learning-rate scale", "learning-rate scale (× the recipe's)")]):
         pts = [r for r in rows if r["sweep"] == sweep]
+        if not pts:
+            ax.text(0.5, 0.5, f"no {sweep} sweep in this preset", ha="center", transform=ax.transAxes)
+            ax.set(xlabel=xlabel, title=f"XSA gain vs {sweep}")
+            continue
         xs = [r["params"] / 1e6 if sweep == "size" else float(r["setting"].split("=")[-1].lstrip("×")) for r in pts]
         ax.plot(xs, [r["change_pct"] for r in pts], "o-", color="C3", label="XSA vs baseline")
         for x, r in zip(xs, pts):
@@ -627,7 +634,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     references = count_references(p, runs)
     s = p.scale
     seeds = (f"{len(s.seeds)} ({', '.join(map(str, s.seeds))}) for baseline vs XSA α=1 at d{s.depths[0]}, "
-             f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}, 1 elsewhere")
+             + (f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}, " if len(s.depths) > 1 else "") + "1 elsewhere")
     notes = context_notes(p, runs, seeds)
     core_note = ("CORE on the eval bundle " + p.scale.eval["core_bundle"] if p.scale.eval.get("core_bundle") else
                  "CORE: not measured (no eval bundle on this preset; the GPU presets report it)")
