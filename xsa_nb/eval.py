@@ -659,6 +659,7 @@ class EvalConfig:
     extra_data_dir: str = ""         # another directory of parquet shards to measure bpb on; "" for none
     core_bundle: str = ""            # eval bundle directory for CORE; "" to skip
     core_max_per_task: int = -1      # items per CORE task; -1 for all
+    core_if_present: bool = False    # a core_bundle without a bundle skips CORE, saying so, instead of refusing
     eval_tokens: int = 65536         # validation tokens for bits per byte
     diag_rows: int = 4               # validation rows for the diagnostics
     device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
@@ -676,7 +677,7 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
          f"run_dir {cfg.run_dir!r} holds no finished run (no summary.json): train it with 10_train")
     need(not cfg.extra_data_dir or Path(cfg.extra_data_dir).is_dir(),
          f"extra_data_dir {cfg.extra_data_dir!r} does not exist or is not a directory")
-    need(not cfg.core_bundle or (Path(cfg.core_bundle) / "core.yaml").is_file(),
+    need(not cfg.core_bundle or cfg.core_if_present or (Path(cfg.core_bundle) / "core.yaml").is_file(),
          f"core_bundle {cfg.core_bundle!r} is not an eval bundle (no core.yaml): build one with xsa_nb data eval-bundle")
     need(cfg.core_max_per_task == -1 or cfg.core_max_per_task >= 1,
          f"core_max_per_task must be >= 1 or -1 (all), got {cfg.core_max_per_task!r}")

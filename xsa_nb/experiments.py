@@ -42,7 +42,7 @@ class Scale:
     depths: tuple[int, ...]            # XSA-under-Muon and routing comparisons (smaller, larger; or one)
     size_depths: tuple[int, ...]        # gain vs model size
     seq_lens: tuple[int, ...]           # gain vs sequence length (first: the base length)
-    lr_scales: tuple[float, ...]        # robustness across learning rates (1.0 first)
+    lr_scales: tuple[float, ...]        # robustness across learning rates (first: the base recipe's)
     seeds: tuple[int, ...]              # seeds of the baseline vs XSA comparison
     last_n: int                         # XSA on the last N layers (at the larger depth; 0: no such run)
     partial_alpha: float                # a partial XSA strength (at the larger depth; 0: no such run)
@@ -193,7 +193,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         convert_steps=10, tokens_per_step=32768,
         base=dict(device="cuda", window_pattern="SSSL", compile=True, data_dir="", tokenizer_path="", seq_len=2048,
                   device_batch_size=16, steps=40, warmup_steps=5, eval_every=-1, eval_tokens=262144, save_every=-1),
-        eval=dict(eval_tokens=262144, diag_rows=8, device="cuda")), "one GPU, bf16, compiled, no network"),
+        eval=dict(eval_tokens=262144, diag_rows=8, device="cuda", core_bundle=f"{CACHE}/eval_bundle",
+                  core_if_present=True, core_max_per_task=100)), "one GPU, bf16, compiled, no network"),
     make_preset("d12", Scale(
         depths=(8, 12), size_depths=(6, 9, 12), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
         seeds=(0,), last_n=6, partial_alpha=0.5, routing=ROUTING, routing_depths=(8, 12),
@@ -283,7 +284,7 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                     subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
                 else:
                     run_papermill(root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params, cwd=root)
-            eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" else v for k, v in run.eval.items()}
+            eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" and v else v for k, v in run.eval.items()}
             run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
                           cwd=root)
             log(f"{run.name}: done")

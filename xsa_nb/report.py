@@ -636,8 +636,10 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     seeds = (f"{len(s.seeds)} ({', '.join(map(str, s.seeds))}) for baseline vs XSA α=1 at d{s.depths[0]}, "
              + (f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}, " if len(s.depths) > 1 else "") + "1 elsewhere")
     notes = context_notes(p, runs, seeds)
-    core_note = ("CORE on the eval bundle " + p.scale.eval["core_bundle"] if p.scale.eval.get("core_bundle") else
-                 "CORE: not measured (no eval bundle on this preset; the GPU presets report it)")
+    cap = p.scale.eval.get("core_max_per_task", -1)
+    core_note = (f"CORE on the eval bundle {p.scale.eval['core_bundle']}" + (f", at most {cap} items per task" if cap > 0 else "")
+                 if any(r["eval"].get("core") for r in runs.values()) else
+                 "CORE: not measured (no eval bundle on this preset or on this machine; the GPU presets report it)")
     if offline_core_tasks(runs):
         n = offline_core_tasks(runs)
         core_note = (f"core: CORE on the whole {len(CORE_TASKS)}-task bundle, as published; core_{n}_offline: CORE-{n}, "
@@ -654,11 +656,15 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
     sweep = xsa_sweep_rows(p, runs, references)
-    files += write_table(sweep, out_dir, "xsa_sweeps", "XSA paper: gain vs size, sequence length, learning rate; sinks",
-                         context_notes(p, runs, "1 per point except the headline depths") + [
+    swept = list(dict.fromkeys(r["sweep"] for r in sweep if r["sweep"] != "sink baseline"))
+    title = "XSA paper: " + "; ".join((["gain vs " + ", ".join(swept)] if swept else []) + ["sinks"])
+    files += write_table(sweep, out_dir, "xsa_sweeps", title,
+                         context_notes(p, runs, "1 per point" + (" except the size sweep (every seed of its depths)"
+                                                                 if "size" in swept else "")) + [
                              "bigram_bpb: the bigram count model at that point's evaluation shape", verdict_note])
     files.append(xsa_sweep_figure(p, sweep, out_dir / "xsa_sweeps.png"))
-    routing_seeds = f"{len(p.scale.routing_seeds)} at depth {p.scale.depths[0]}, 1 at other depths"
+    routing_seeds = (f"{len(p.scale.routing_seeds)} at depth {p.scale.depths[0]}"
+                     + (", 1 at other depths" if set(p.scale.routing_depths) - {p.scale.depths[0]} else ""))
     files += write_table(routing, out_dir, "routing", "Delta routing: residual presets",
                          context_notes(p, runs, routing_seeds) + [
                              "perplexity: per token on the validation rows, exp(val_bpb · ln 2 · bytes per token); "
