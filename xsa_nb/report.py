@@ -636,8 +636,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     seeds = (f"{len(s.seeds)} ({', '.join(map(str, s.seeds))}) for baseline vs XSA α=1 at d{s.depths[0]}, "
              + (f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}, " if len(s.depths) > 1 else "") + "1 elsewhere")
     notes = context_notes(p, runs, seeds)
-    cap = p.scale.eval.get("core_max_per_task", -1)
-    core_note = (f"CORE on the eval bundle {p.scale.eval['core_bundle']}" + (f", at most {cap} items per task" if cap > 0 else "")
+    bundle, cap = p.scale.eval.get("core_bundle", ""), p.scale.eval.get("core_max_per_task", -1)
+    core_note = ("CORE on the eval bundle" + (f" {bundle}" if bundle else "") + (f", at most {cap} items per task" if cap > 0 else "")
                  if any(r["eval"].get("core") for r in runs.values()) else
                  "CORE: not measured (no eval bundle on this preset or on this machine; the GPU presets report it)")
     if offline_core_tasks(runs):
