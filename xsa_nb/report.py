@@ -261,7 +261,7 @@ def val_band(rs: list[dict]) -> tuple[list[int], list[float], list[float], list[
 def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
     "Loss curves per depth (baseline vs XSA) and per-layer attention diagnostics, in one PNG."
     s = preset.scale
-    fig, axes = plt.subplots(2, len(s.depths), figsize=(5.5 * len(s.depths), 7.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(s.depths), figsize=(max(7.5, 5.5 * len(s.depths)), 7.5), squeeze=False)  # room for the title
     for j, depth in enumerate(s.depths):
         a, b = axes[0, j], axes[1, j]
         for v, label, color in (("base", "baseline", "C0"), ("xsa", "XSA α=1", "C3")):
