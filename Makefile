@@ -31,9 +31,14 @@ sync: install
 	$(BIN)/xsa_nb docs readme --check || status=1; \
 	exit $$status
 
-# The default tier (pyproject.toml deselects `slow`): every notebook under nbdev's rules and the fast end-to-end tests.
+# The default tier (pyproject.toml deselects `slow`): every notebook under nbdev's rules and the fast end-to-end tests,
+# over two workers; then the docs site, built from the notebooks just executed and checked in a browser.
+# Two workers on two cores: each runs torch on one thread unless OMP_NUM_THREADS says otherwise (more threads than
+# cores only spin); the tests pass at any thread count.
+test test-slow: export OMP_NUM_THREADS ?= 1
 test: sync
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not site" --durations=15
+	$(BIN)/pytest -m "site and not slow"
 
 # The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, benchmarks) and the tests
 # marked `slow` (the smoke reproduction). CI runs both tiers.

@@ -1,6 +1,7 @@
-"""Shared fixtures: the repository root and the notebooks, in reading order. `make test` spreads the tests over two
-pytest-xdist workers (`-n 2 --dist loadgroup`); the docs site is built from the executed notebooks that
-`test_notebooks.py` leaves in `_exec/`, so those two files share one worker (`pytestmark` in each), in that order."""
+"""Shared fixtures: the repository root and the notebooks, in reading order. `make test` runs in two steps: every
+test but the site's, spread over two pytest-xdist workers (`-n 2 --dist loadgroup`, the notebooks among them, each
+leaving its executed copy in `_exec/`); then the site tests (marker `site`), which build the docs from those copies.
+Run alone, the site tests execute whatever copy is missing or stale themselves."""
 from pathlib import Path
 
 import pytest

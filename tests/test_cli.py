@@ -82,6 +82,7 @@ def test_files_get_the_usual_mode(trained):
         assert (run / name).stat().st_mode & 0o777 == mode, (name, oct((run / name).stat().st_mode), oct(mode))
 
 
+@pytest.mark.slow
 def test_eval_prints_its_results_and_a_failed_eval_keeps_the_good_notebook(trained):
     cwd, run, _ = trained
     res = xsa_nb("eval", run, "-p", "eval_tokens", "512", cwd=cwd)
@@ -108,6 +109,7 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
     assert (run / "train.ipynb").read_bytes() == good and (run / "train.failed.ipynb").is_file()
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_a_failed_notebook_not_a_running_one(tmp_path):
     proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "run_dir", "run"], cwd=tmp_path,
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

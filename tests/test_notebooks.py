@@ -10,8 +10,6 @@ from conftest import NOTEBOOKS, ROOT
 from xsa_nb.docs import split_directives
 from execnb.nbio import read_nb
 
-pytestmark = pytest.mark.xdist_group("docs")  # the site is built from the notebooks executed here: one worker
-
 RUN = "import sys; from xsa_nb.cli import main; sys.exit(main(sys.argv[1:]))"
 WITH_SLOW_CELLS = [nb for nb in NOTEBOOKS if any(c.cell_type == "code" and "slow" in split_directives(c.source)[0]
                                                  for c in read_nb(nb).cells)]

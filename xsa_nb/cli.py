@@ -20,7 +20,8 @@ from nbdev.config import get_config
 
 import xsa_nb
 from . import bench, data, docs
-from .eval import EvalConfig, build_eval_bundle, validate_eval_config
+from .core_eval import build_eval_bundle
+from .eval import EvalConfig, validate_eval_config
 from .experiments import get_preset, plan_experiment, plan_experiment_text, run_experiment, without_env
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, convert_checkpoint, train, validate

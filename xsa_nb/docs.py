@@ -131,7 +131,7 @@ def execute_notebook(src: Path, dest: Path | None = None, flags: list[str] | Non
 def _write_nb_atomic(nb, dest: Path) -> None:
     "Write notebook `nb` to `dest` through a temporary file."
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")  # two processes writing one copy never share a file
     write_nb(nb, tmp)
     os.replace(tmp, dest)
 

@@ -22,7 +22,8 @@ import matplotlib.pyplot as plt
 
 from .chat import CHAT_TASKS, PUBLISHED_CHATCORE
 from .data import default_data_dir
-from .eval import CORE_TASKS, count_model_bpb, training_counts
+from .core_eval import CORE_TASKS
+from .eval import count_model_bpb, training_counts
 from .experiments import PUBLISHED_SHAPES, Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .trainer import TrainConfig, read_metrics, resolve_settings, run_tokenizer
@@ -369,7 +370,7 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
 
 # %% ../nbs/12_report.ipynb #e7f68ea4
 SOURCE_STATS = {"outputs": "deltas", "states": "states", "blocks": "blocks", "blocks_partial": "blocks"}
-"The diagnostics' name (`07_eval`) for the sources a preset routes over (`PRESET_SWITCHES`, `03_routing`)."
+"The diagnostics' name (`07c_diagnostics`) for the sources a preset routes over (`PRESET_SWITCHES`, `03_routing`)."
 
 
 def routed_points(routing: dict) -> list[dict]:

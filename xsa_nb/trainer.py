@@ -36,7 +36,8 @@ import xsa_nb
 from .data import (PACKINGS, default_data_dir, default_tokenizer, download_shards, iter_documents,
                          make_loader, resolve_packing)
 from .utils import atomic_write_bytes, atomic_write_text
-from .eval import bits_per_byte, core_score, download_eval_bundle
+from .core_eval import core_score, download_eval_bundle
+from .eval import bits_per_byte
 from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
