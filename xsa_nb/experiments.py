@@ -22,8 +22,8 @@ from .trainer import TrainConfig, check_same_run, resolve_run, run_plan, validat
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
-           'study_runs', 'make_preset', 'get_preset', 'run_status', 'without_env', 'train_params', 'torchrun_command',
-           'run_experiment', 'plan_experiment', 'plan_experiment_text']
+           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'without_env', 'train_params',
+           'torchrun_command', 'run_experiment', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -172,6 +172,17 @@ PUBLISHED_SHAPES = {12: dict(n_embd=768, n_head=12), 24: dict(n_embd=1024, n_hea
 ROUTING = ("attnres", "delta_block", "attnres_block", "delta")  # the paper's main pair first
 CONVERSIONS = ("attnres", "delta_block", "delta")  # the Delta paper's conversion arms (standard is the control)
 
+def gpu_study(name: str, depths: tuple[int, int], size_depths: tuple[int, ...], convert_steps: int,
+              device_batch_size: int) -> Preset:
+    "The whole study on a GPU node at the published shapes' `depths`: XSA on the last half of the deeper model's layers."
+    return make_preset(name, Scale(
+        depths=depths, size_depths=size_depths, seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
+        seeds=(0,), last_n=depths[-1] // 2, partial_alpha=0.5, routing=ROUTING, routing_depths=depths,
+        convert_to=CONVERSIONS, convert_steps=convert_steps, tokens_per_step=524288, shapes=PUBLISHED_SHAPES,
+        base=_GPU_BASE | dict(device_batch_size=device_batch_size), eval=_GPU_EVAL, sft=_GPU_CHAT, chat_eval=_GPU_CHAT),
+        "GPU node (8×H100 class), bf16")
+
+
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     make_preset("smoke", Scale(
         depths=(1, 2), size_depths=(1, 2), seq_lens=(64,), lr_scales=(1.0,), seeds=(0,), last_n=0,
@@ -195,18 +206,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                   device_batch_size=16, steps=40, warmup_steps=5, eval_every=-1, eval_tokens=262144, save_every=-1),
         eval=dict(eval_tokens=262144, diag_rows=8, device="cuda", core_bundle=f"{CACHE}/eval_bundle",
                   core_if_present=True, core_max_per_task=100)), "one GPU, bf16, compiled, no network"),
-    make_preset("d12", Scale(
-        depths=(8, 12), size_depths=(6, 9, 12), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
-        seeds=(0,), last_n=6, partial_alpha=0.5, routing=ROUTING, routing_depths=(8, 12),
-        convert_to=CONVERSIONS, convert_steps=500, tokens_per_step=524288, shapes=PUBLISHED_SHAPES,
-        base=_GPU_BASE | dict(device_batch_size=32), eval=_GPU_EVAL, sft=_GPU_CHAT, chat_eval=_GPU_CHAT),
-        "GPU node (8×H100 class), bf16"),
-    make_preset("d24", Scale(
-        depths=(12, 24), size_depths=(12, 16, 24), seq_lens=(2048, 512, 1024, 4096), lr_scales=(1.0, 0.5, 2.0),
-        seeds=(0,), last_n=12, partial_alpha=0.5, routing=ROUTING, routing_depths=(12, 24),
-        convert_to=CONVERSIONS, convert_steps=1000, tokens_per_step=524288, shapes=PUBLISHED_SHAPES,
-        base=_GPU_BASE | dict(device_batch_size=16), eval=_GPU_EVAL, sft=_GPU_CHAT, chat_eval=_GPU_CHAT),
-        "GPU node (8×H100 class), bf16"),
+    gpu_study("d12", depths=(8, 12), size_depths=(6, 9, 12), convert_steps=500, device_batch_size=32),
+    gpu_study("d24", depths=(12, 24), size_depths=(12, 16, 24), convert_steps=1000, device_batch_size=16),
 ]}
 
 

@@ -27,16 +27,16 @@ from .eval import count_model_bpb, training_counts
 from .experiments import PUBLISHED_SHAPES, Preset, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .trainer import TrainConfig, read_metrics, resolve_settings, run_tokenizer
-from .utils import atomic_write_text
+from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
 __all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SOURCE_STATS', 'VERDICT_COLOURS', 'REPORT_FILES', 'read_run',
-           'read_runs', 'mean_std', 'paired_difference', 'markdown_table', 'write_table', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
-           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows',
-           'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows',
-           'routing_figures', 'chatcore_rows', 'effects_figure', 'report_effects', 'count_references',
-           'check_one_commit', 'write_report', 'synthetic_runs']
+           'read_runs', 'mean_std', 'paired_difference', 'write_table', 'val_bpb_by_seed', 'core_result',
+           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'comparison_columns',
+           'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure',
+           'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'routing_figures',
+           'chatcore_rows', 'effects_figure', 'report_effects', 'count_references', 'check_one_commit', 'write_report',
+           'synthetic_runs']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -87,26 +87,6 @@ def paired_difference(base: dict[int, float], variant: dict[int, float], lower_i
     return out
 
 # %% ../nbs/12_report.ipynb #cbbfcdb3
-def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, float):
-        if abs(v) >= 100:
-            return f"{v:.0f}"
-        return f"{v:.4g}" if abs(v) < 1e-3 else f"{v:.4f}".rstrip("0").rstrip(".")
-    return str(v)
-
-
-def markdown_table(rows: list[dict]) -> str:
-    "GitHub Markdown table of `rows` (columns: the first row's keys)."
-    if not rows:
-        return "_no complete runs yet_\n"
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
 def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str]) -> list[Path]:
     "Write `name`.csv and `name`.md (title, notes, table) into `out_dir`; return both paths."
     out_dir = Path(out_dir)
@@ -117,7 +97,7 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
         w.writeheader()
         w.writerows(rows)
     atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
-    md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows)
+    md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_")
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
 
