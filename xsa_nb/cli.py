@@ -22,7 +22,8 @@ import xsa_nb
 from . import bench, data, docs
 from .core_eval import build_eval_bundle
 from .eval import EvalConfig, validate_eval_config
-from .experiments import get_preset, plan_experiment, plan_experiment_text, run_experiment, without_env
+from .experiments import (get_preset, plan_experiment, plan_experiment_text, run_experiment, run_papermill,
+                                without_env)
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, convert_checkpoint, train, validate
 
@@ -47,7 +48,7 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     run_experiment(preset, root, nproc=nproc, log=log)
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
     with without_env("IN_TEST"):
-        docs.run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
+        run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
                            {"preset": preset, "root": str(root)}, cwd=root)
     out = root / "docs" / "results" / preset
     if preset == "cpu":  # the README shows the cpu headline table
@@ -276,7 +277,7 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
     name = "10_train.ipynb" if args.command == "train" else "11_eval.ipynb"
     out = run_dir / ("train.ipynb" if args.command == "train" else "eval.ipynb")
     try:
-        docs.run_papermill(root / "nbs" / name, out, params, cwd=Path.cwd())
+        run_papermill(root / "nbs" / name, out, params, cwd=Path.cwd())
     except PapermillExecutionError as e:
         failed = out.with_name(out.stem + ".failed.ipynb")
         kept = f"; the executed notebook is {failed}" if failed.exists() else ""

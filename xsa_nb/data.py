@@ -13,11 +13,10 @@ import json
 import os
 import random
 import re
-import shutil
 import tarfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path

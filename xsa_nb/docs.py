@@ -6,16 +6,13 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,9 +23,9 @@ from nbdev.config import get_config
 from .utils import atomic_write_text
 
 # %% auto #0
-__all__ = ['README_NOTE', 'QUIET_KERNEL', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
-           'execute_notebook', 'run_papermill', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports',
-           'executed_copy', 'run_cli', 'build_site']
+__all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
+           'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy',
+           'run_cli', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -134,31 +131,6 @@ def _write_nb_atomic(nb, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")  # two processes writing one copy never share a file
     write_nb(nb, tmp)
     os.replace(tmp, dest)
-
-# %% ../nbs/91_docs.ipynb #2cde7678
-QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
-
-
-def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True) -> Path:
-    "Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success."
-    import papermill as pm
-
-    out = Path(out)
-    running, failed = (out.with_name(f"{out.stem}.{state}{out.suffix}") for state in ("running", "failed"))
-    was_empty = not out.parent.is_dir() or not any(out.parent.iterdir())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        pm.execute_notebook(str(src), str(running), parameters=params, cwd=str(cwd or Path.cwd()), progress_bar=False,
-                            stdout_file=sys.stdout if echo else None, stderr_file=sys.stderr if echo else None,
-                            extra_arguments=QUIET_KERNEL)
-    except BaseException:
-        if running.exists():
-            os.replace(running, failed)
-        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name}:
-            shutil.rmtree(out.parent)
-        raise
-    os.replace(running, out)
-    return out
 
 # %% ../nbs/91_docs.ipynb #9411d11e
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---", re.S)

@@ -8,22 +8,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
+import shutil
 import subprocess
-from dataclasses import dataclass, field, replace
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbdev.config import get_config
 from tqdm.auto import tqdm
 
 from .chat import chat_sample_dir
-from .docs import run_papermill  # atomic executed notebooks, the kernel's own log lines silenced
 from .trainer import TrainConfig, check_same_run, resolve_run, run_plan, validate
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
-           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'without_env', 'train_params',
-           'torchrun_command', 'run_experiment', 'plan_experiment', 'plan_experiment_text']
+__all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'QUIET_KERNEL', 'Run', 'Scale', 'Preset',
+           'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_papermill', 'run_status',
+           'without_env', 'train_params', 'torchrun_command', 'run_experiment', 'plan_experiment',
+           'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ VARIANTS = {"base": {}, "xsa": {"xsa_alpha": 1.0}, "sink": {"attn_sink": True}}
 
 def study_runs(s: Scale) -> list[Run]:
     "Every run of the three studies at scale `s`, cheapest coverage of every study first, without duplicates."
-    T0, lr0 = s.seq_lens[0], s.lr_scales[0]
+    T0 = s.seq_lens[0]
     rows0 = s.base.get("device_batch_size", s.tokens_per_step // T0)  # rows per pass at the base length
     batch = lambda T: dict(seq_len=T, device_batch_size=max(1, rows0 * T0 // T), total_batch_size=s.tokens_per_step)
     runs: dict[str, Run] = {}
@@ -216,6 +217,31 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: allowed are {', '.join(PRESETS)}")
     return PRESETS[name]
+
+# %% ../nbs/09_experiments.ipynb #2cde7678
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
+
+
+def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True) -> Path:
+    "Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success."
+    import papermill as pm
+
+    out = Path(out)
+    running, failed = (out.with_name(f"{out.stem}.{state}{out.suffix}") for state in ("running", "failed"))
+    was_empty = not out.parent.is_dir() or not any(out.parent.iterdir())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(str(src), str(running), parameters=params, cwd=str(cwd or Path.cwd()), progress_bar=False,
+                            stdout_file=sys.stdout if echo else None, stderr_file=sys.stderr if echo else None,
+                            extra_arguments=QUIET_KERNEL)
+    except BaseException:
+        if running.exists():
+            os.replace(running, failed)
+        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name}:
+            shutil.rmtree(out.parent)
+        raise
+    os.replace(running, out)
+    return out
 
 # %% ../nbs/09_experiments.ipynb #937a2d78
 def run_status(run_dir: Path) -> str:

@@ -15,7 +15,6 @@ import platform
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -33,15 +32,15 @@ from safetensors.torch import save as safetensors_bytes
 from tqdm.auto import tqdm
 
 import xsa_nb
+from .core_eval import core_score, download_eval_bundle
 from .data import (PACKINGS, default_data_dir, default_tokenizer, download_shards, iter_documents,
                          make_loader, resolve_packing)
-from .utils import atomic_write_bytes, atomic_write_text
-from .core_eval import core_score, download_eval_bundle
 from .eval import bits_per_byte
 from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
 from .tokenizer import Tokenizer, token_bytes, train_tokenizer
+from .utils import atomic_write_bytes, atomic_write_text
 
 # %% auto #0
 __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',

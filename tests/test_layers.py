@@ -1,0 +1,43 @@
+"""The package is layered as the index page shows (and `shared/DESIGN.md` plans): shared helpers → mechanisms →
+model → pipeline → tooling. A module imports only from its own layer or those below it, and never a private
+(`_`-prefixed) name of another module; every module of the package is in exactly one layer."""
+import ast
+
+import pytest
+
+from conftest import ROOT
+
+LAYERS = [
+    ("helpers", {"utils"}),
+    ("mechanisms", {"xsa", "muon", "routing"}),
+    ("model", {"model"}),
+    ("pipeline", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat", "trainer", "experiments", "report"}),
+    ("tooling", {"bench", "docs", "cli"}),
+]
+LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
+MODULES = sorted(p.stem for p in (ROOT / "xsa_nb").glob("*.py") if p.stem not in ("__init__", "_modidx"))
+
+
+def package_imports(module: str) -> list[tuple[str, list[str]]]:
+    "Every `from xsa_nb.X import ...` / `from .X import ...` in `module`, anywhere in it: (X, imported names)."
+    tree = ast.parse((ROOT / "xsa_nb" / f"{module}.py").read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("xsa_nb.")):
+            if node.level == 1 and not node.module:  # `from . import data, docs`
+                found += [(a.name, []) for a in node.names]
+            else:
+                found.append(((node.module or "").removeprefix("xsa_nb."), [a.name for a in node.names]))
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert sorted(LAYER_OF) == MODULES, set(MODULES) ^ set(LAYER_OF)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_imports_point_down_and_name_nothing_private(module):
+    for target, names in package_imports(module):
+        assert LAYER_OF[target] <= LAYER_OF[module], \
+            f"{module} ({LAYERS[LAYER_OF[module]][0]}) imports {target} ({LAYERS[LAYER_OF[target]][0]}), a layer above it"
+        assert not [n for n in names if n.startswith("_")], f"{module} imports private names {names} from {target}"
