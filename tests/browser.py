@@ -118,6 +118,9 @@ class Browser:
         self.wait_for("Page.loadEventFired")
         self.evaluate("window.MathJax && MathJax.startup && MathJax.startup.promise ? "
                       "MathJax.startup.promise.then(() => true) : true")
+        # then the fonts, and two frames for the layout to settle (a screenshot taken earlier can catch it half done)
+        self.evaluate("document.fonts.ready.then(() => new Promise(done => "
+                      "requestAnimationFrame(() => requestAnimationFrame(() => done(true)))))")
 
     def evaluate(self, expression: str):
         "The value of a JavaScript expression in the page (promises awaited)."

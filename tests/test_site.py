@@ -3,6 +3,7 @@ signatures and every figure the executed notebooks produced. Then every page is 
 reader sees it: no console errors, the maths typeset, every image loaded, the results pages showing their tables and
 figures, no table wider than the content column. Screenshots of the landing page, 01_xsa and the cpu results are
 kept in `_artifacts/screenshots/`."""
+import html
 import json
 import re
 
@@ -15,6 +16,7 @@ from conftest import NOTEBOOKS, ROOT
 
 pytestmark = [pytest.mark.site, pytest.mark.xdist_group("site")]  # `make test` runs these after the notebooks
 
+PLAIN_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})  # Sphinx's smart quotes
 ARTIFACTS = ROOT / "_artifacts" / "screenshots"
 SCREENSHOTS = {"index.html": "index.png", "01_xsa.html": "01_xsa.png", "results/cpu/index.html": "results_cpu.png"}
 FACTS = r"""(() => {
@@ -52,6 +54,17 @@ def test_every_notebook_has_a_page(site):
         page = site / ("index.html" if nb.stem == "00_index" else f"{nb.stem}.html")
         assert page.exists(), f"no page for {nb.name}"
         assert not re.search(r"class=\"c1\">#\|", page.read_text(encoding="utf-8")), f"{page.name} shows nbdev directives"
+
+
+def test_every_page_shows_its_whole_description(site):
+    "The `> ...` line under each notebook's title is its page's description box: all of it, not its first line only."
+    for nb in NOTEBOOKS:
+        title_cell = "".join(json.loads(nb.read_text(encoding="utf-8"))["cells"][0 if nb.stem == "00_index" else 1]["source"])
+        quote = " ".join(line[2:] for line in title_cell.splitlines() if line.startswith("> "))
+        page = site / ("index.html" if nb.stem == "00_index" else f"{nb.stem}.html")
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))).translate(PLAIN_QUOTES)
+        assert " ".join(quote.replace("`", "").split()) in " ".join(text.split()), \
+            f"{nb.name}: description {quote!r} not shown whole"
 
 
 def test_show_doc_signatures_are_rendered(site):
