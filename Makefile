@@ -40,8 +40,9 @@ test: sync
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not site" --durations=15
 	$(BIN)/pytest -m "site and not slow"
 
-# The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, benchmarks) and the tests
-# marked `slow` (the smoke reproduction). CI runs both tiers.
+# The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, the compiled loss) and the
+# tests marked `slow` (the smoke reproduction, kill-and-resume, torchrun, the slower CLI and papermill checks).
+# CI runs both tiers.
 test-slow: sync
 	$(BIN)/pytest -m slow -n 2 --dist loadgroup
 

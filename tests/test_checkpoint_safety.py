@@ -1,6 +1,5 @@
 """A run directory is data, not code: a checkpoint holding a pickle that would run code when loaded is refused by
 every way in — resuming, `xsa_nb eval` and `init_from` — and the planted code never runs (issue #23)."""
-import json
 import os
 import subprocess
 import sys

@@ -1,7 +1,8 @@
 """The console script as a researcher uses it (`xsa_nb train`, `xsa_nb eval`, each in a fresh process): mistakes are
 refused before any work, naming what is wrong, with nothing written; values are read as papermill reads them; each
 run gets a directory of its own; executed notebooks are written atomically, so a failed run keeps the last good one;
-the notebook's output reaches the terminal and Jupyter's plumbing stays quiet; files get the usual mode."""
+the notebook's output reaches the terminal and Jupyter's plumbing stays quiet; files get the usual mode. The
+evaluation round trip and the killed run are in the slow tier (`make test-slow`)."""
 import json
 import os
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 XSA_NB = str(Path(sys.executable).parent / "xsa_nb")
+
+pytestmark = pytest.mark.xdist_group("cli")  # one worker: the module fixture is built once
 TINY = ["-p", "depth", "1", "-p", "steps", "4", "-p", "seq_len", "64", "-p", "device_batch_size", "4",
         "-p", "eval_every", "-1", "-p", "eval_tokens", "512", "-p", "warmup_steps", "1", "-p", "save_every", "2"]
 NOISE = ("without encryption", "KeyboardInterrupt")

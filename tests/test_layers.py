@@ -1,4 +1,4 @@
-"""The package is layered as the index page shows (and `shared/DESIGN.md` plans): shared helpers → mechanisms →
+"""The package is layered as the index page shows: shared helpers → mechanisms →
 model → pipeline → tooling. A module imports only from its own layer or those below it, and never a private
 (`_`-prefixed) name of another module; every module of the package is in exactly one layer."""
 import ast
@@ -19,15 +19,18 @@ MODULES = sorted(p.stem for p in (ROOT / "xsa_nb").glob("*.py") if p.stem not in
 
 
 def package_imports(module: str) -> list[tuple[str, list[str]]]:
-    "Every `from xsa_nb.X import ...` / `from .X import ...` in `module`, anywhere in it: (X, imported names)."
+    """Every package import in `module`, anywhere in it (`from xsa_nb.X`/`.X import`, `from xsa_nb`/`. import X`,
+    `import xsa_nb.X`): (X, imported names)."""
     tree = ast.parse((ROOT / "xsa_nb" / f"{module}.py").read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("xsa_nb.")):
-            if node.level == 1 and not node.module:  # `from . import data, docs`
-                found += [(a.name, []) for a in node.names]
+        if isinstance(node, ast.Import):
+            found += [(a.name.removeprefix("xsa_nb."), []) for a in node.names if a.name.startswith("xsa_nb.")]
+        elif isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("xsa_nb")):
+            if (node.level == 1 and not node.module) or node.module == "xsa_nb":  # `from . import data, docs`
+                found += [(a.name, []) for a in node.names if not a.name.startswith("__")]
             else:
-                found.append(((node.module or "").removeprefix("xsa_nb."), [a.name for a in node.names]))
+                found.append((node.module.removeprefix("xsa_nb."), [a.name for a in node.names]))
     return found
 
 

@@ -1,6 +1,7 @@
 """The training and evaluation notebooks run under papermill: values given with -p really reach them, a short CPU
 run writes a complete run directory whose loss decreases, a run without run_dir gets a fresh directory, and bad
-parameters (a misspelt name, an unreadable value, an invalid one) fail before any work."""
+parameters (a misspelt name, an unreadable value, an invalid one) fail before any work. Two runs without a run_dir
+train twice, so that test is in the slow tier (`make test-slow`)."""
 import json
 import os
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import pytest
 
 from conftest import ROOT
+
+pytestmark = pytest.mark.xdist_group("papermill")  # one worker: the module fixture is built once
 
 SMALL = ["-p", "seq_len", "64", "-p", "device_batch_size", "4", "-p", "total_batch_size", "256", "-p", "eval_every", "10", "-p", "eval_tokens", "1024",
          "-p", "warmup_steps", "2", "-p", "save_every", "10"]

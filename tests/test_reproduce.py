@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+
+pytestmark = pytest.mark.xdist_group("reproduce")  # one worker: the module fixture is built once
 from xsa_nb.experiments import get_preset, run_status
 from xsa_nb.report import REPORT_FILES, write_report
 

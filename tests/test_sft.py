@@ -13,6 +13,8 @@ from safetensors.torch import load_file
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.xdist_group("sft")  # one worker: the module fixture is built once
+
 BASE = dict(depth=2, seq_len=64, device_batch_size=4, total_batch_size=256, eval_every=-1, eval_tokens=256,
             warmup_steps=1, xsa_alpha=1.0, residual="delta_block", device="cpu")
 

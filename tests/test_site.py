@@ -59,8 +59,10 @@ def test_every_notebook_has_a_page(site):
 def test_every_page_shows_its_whole_description(site):
     "The `> ...` line under each notebook's title is its page's description box: all of it, not its first line only."
     for nb in NOTEBOOKS:
-        title_cell = "".join(json.loads(nb.read_text(encoding="utf-8"))["cells"][0 if nb.stem == "00_index" else 1]["source"])
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        title_cell = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown" and c["source"][0].startswith("# "))
         quote = " ".join(line[2:] for line in title_cell.splitlines() if line.startswith("> "))
+        assert quote, f"{nb.name}: no description under its title"
         page = site / ("index.html" if nb.stem == "00_index" else f"{nb.stem}.html")
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))).translate(PLAIN_QUOTES)
         assert " ".join(quote.replace("`", "").split()) in " ".join(text.split()), \

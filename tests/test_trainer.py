@@ -1,5 +1,6 @@
 """End-to-end properties of the training loop that need separate processes: a run killed mid-way resumes bit for
-bit, a NaN stops the run and leaves a loadable checkpoint, and torchrun with 2 CPU processes matches one process."""
+bit, a NaN stops the run and leaves a loadable checkpoint, and torchrun with 2 CPU processes matches one process.
+The kill-and-resume and torchrun tests take most of a minute each: they are in the slow tier (`make test-slow`)."""
 import json
 import os
 import signal
@@ -8,8 +9,6 @@ import sys
 import time
 
 import pytest
-
-from conftest import ROOT
 
 TINY = dict(depth=2, seq_len=64, device_batch_size=4, total_batch_size=256, eval_every=-1, eval_tokens=256, warmup_steps=2, steps=8,
             save_every=1)
@@ -72,7 +71,6 @@ def test_torchrun_two_processes_match_one(tmp_path):
     distributed plumbing (process group, identical init, gradient averaging and sharded orthogonalisation inside
     MuonAdamW, rank-0-only writes)."""
     from xsa_nb.data import default_data_dir, iter_documents, write_shard
-    from xsa_nb.trainer import TrainConfig, train
     docs = [d for _, d in zip(range(64), iter_documents(default_data_dir(), "train"))]
     data = tmp_path / "data"
     for k in range(3):  # two training shards and a validation shard, every row group identical

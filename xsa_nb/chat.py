@@ -759,4 +759,5 @@ def chatcore_table_markdown(result: dict) -> str:
     "The per-task table of a `chatcore_score` result as Markdown, ChatCORE in the last row."
     rows = [{"task": r["task"], "kind": r["kind"], "problems": r["problems"], "accuracy": r["accuracy"],
              "random baseline": r["random_baseline"], "centred": r["centred"]} for r in result["tasks"]]
-    return markdown_table(rows + [{"task": "**ChatCORE**", "centred": f"**{table_cell(result['chatcore'])}**"}])
+    total = {c: "" for c in rows[0]} | {"task": "**ChatCORE**", "centred": f"**{table_cell(result['chatcore'])}**"}
+    return markdown_table(rows + [total])

@@ -216,7 +216,8 @@ def core_table_markdown(result: dict) -> str:
     "The per-task table of a `core_score` result as Markdown, CORE in the last row."
     rows = [{"task": r["task"], "type": r["type"], "shots": r["shots"], "items": r["items"], "accuracy": r["accuracy"],
              "random baseline (%)": r["random_baseline"], "centred": r["centred"]} for r in result["tasks"]]
-    return markdown_table(rows + [{"task": "**CORE**", "centred": f"**{table_cell(result['core'])}**"}])
+    total = {c: "" for c in rows[0]} | {"task": "**CORE**", "centred": f"**{table_cell(result['core'])}**"}
+    return markdown_table(rows + [total])
 
 # %% ../nbs/07a_core_eval.ipynb #3b9f6e3d
 EVAL_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"

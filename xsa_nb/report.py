@@ -612,8 +612,10 @@ def xsa_seeds_note(s: Scale) -> str:
     parts = [f"{len(s.seeds)} ({', '.join(map(str, s.seeds))}) for baseline vs XSA α=1 at d{s.depths[0]}"]
     if len(s.depths) > 1:
         parts.append(f"{len(s.larger_seeds or s.seeds)} at d{s.depths[-1]}")
-    if s.partial_alpha or s.last_n:
-        parts.append(f"1 for XSA α={s.partial_alpha:g} and XSA on the last {s.last_n} layers")
+    if s.partial_alpha:
+        parts.append(f"1 for XSA α={s.partial_alpha:g}")
+    if s.last_n:
+        parts.append(f"1 for XSA on the last {s.last_n} layers")
     return ", ".join(parts)
 
 
