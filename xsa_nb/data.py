@@ -307,11 +307,14 @@ class PackedLoader(RowLoader):
         self.check_place(split, rank, world_size, B=B, T=T, buffer_size=buffer_size,
                          tokenizer_batch_size=tokenizer_batch_size)
         self.tokenizer, self.B, self.T, self.split, self.rank, self.world_size = tokenizer, B, T, split, rank, world_size
-        self.buffer_size, self.tokenizer_batch_size, self.num_threads = buffer_size, tokenizer_batch_size, num_threads
+        self.tokenizer_batch_size, self.num_threads = tokenizer_batch_size, num_threads
         self.device, self.seed = torch.device(device), seed
         train, val = list_shards(data_dir or default_data_dir())
         self.shards = train if split == "train" else val
-        self._row_groups = [check_shard(p).num_row_groups for p in self.shards]
+        files = [check_shard(p) for p in self.shards]
+        self._row_groups = [f.num_row_groups for f in files]
+        # at most this rank's share of the split's documents: a larger one would read the split several times to fill
+        self.buffer_size = min(buffer_size, -(-sum(f.metadata.num_rows for f in files) // world_size))
         if sum(self._row_groups) <= rank:
             raise ValueError(f"rank {rank} of {world_size} gets no row group of the {split} split "
                              f"(row groups per shard: {self._row_groups}); use fewer ranks or smaller row groups")
