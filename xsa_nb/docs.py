@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from execnb.nbio import read_nb, write_nb
+from execnb.nbio import nb2str, read_nb
 from nbdev.config import get_config
 
 from .utils import atomic_write_text
@@ -121,16 +121,8 @@ def execute_notebook(src: Path, dest: Path | None = None, flags: list[str] | Non
         os.chdir(cwd)
     if dest is not None:
         nb.metadata["xsa_nb"] = {"source_sha256": notebook_hash(src)}
-        _write_nb_atomic(nb, Path(dest))
+        atomic_write_text(Path(dest), nb2str(nb))  # a unique temporary file: two writers never share one
     return nb
-
-
-def _write_nb_atomic(nb, dest: Path) -> None:
-    "Write notebook `nb` to `dest` through a temporary file."
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")  # two processes writing one copy never share a file
-    write_nb(nb, tmp)
-    os.replace(tmp, dest)
 
 # %% ../nbs/91_docs.ipynb #9411d11e
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---", re.S)
