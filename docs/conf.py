@@ -12,7 +12,9 @@ suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]  # report pages 
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 html_theme = "sphinx_book_theme"
 html_title = "xsa_nb"
-html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True}
+# The notebook pages (top level) keep the right-hand page contents; the results pages give its width to their tables.
+html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True,
+                      "secondary_sidebar_items": {"*": ["page-toc"], "results/**": []}}
 html_context = {"default_mode": "auto"}  # the theme's colour mode before a reader picks one (empty: a console error)
 html_static_path = ["_static"]
 html_css_files = ["xsa_nb.css"]  # tables scroll inside the content column instead of spilling over it

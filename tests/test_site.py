@@ -23,6 +23,8 @@ FACTS = r"""(() => {
   const column = document.querySelector("article.bd-article"), box = column.getBoundingClientRect();
   const maths = [...column.querySelectorAll(".math")];
   return {
+    width: box.width,
+    contentsColumn: !!document.querySelector(".bd-sidebar-secondary"),
     maths: maths.length,
     typeset: maths.filter(m => m.querySelector("mjx-container") && !m.querySelector("mjx-merror")).length,
     images: document.images.length,
@@ -150,6 +152,15 @@ def test_results_pages_show_their_tables_and_figures(browsed):
         text = md.read_text(encoding="utf-8")
         tables, figures = len(re.findall(r"^\|[-| :]+\|$", text, re.M)), text.count("![")
         assert len(browsed[page]["tables"]) == tables and browsed[page]["images"] >= figures, (page, tables, figures)
+
+
+def test_results_pages_give_the_contents_column_to_their_tables(browsed):
+    "At 1280 px the notebook pages keep the right-hand page contents; the results pages' wide tables get its width."
+    results = {page: f for page, f in browsed.items() if page.startswith("results/")}
+    assert results and browsed["01_xsa.html"]["contentsColumn"]
+    crowded = {page: (f["contentsColumn"], round(f["width"])) for page, f in results.items()
+               if f["contentsColumn"] or f["width"] < 900}
+    assert not crowded, crowded
 
 
 def test_every_markdown_table_is_rendered(browsed):
