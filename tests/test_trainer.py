@@ -73,8 +73,10 @@ def test_torchrun_two_processes_match_one(tmp_path):
     from xsa_nb.data import default_data_dir, iter_documents, write_shard
     docs = [d for _, d in zip(range(64), iter_documents(default_data_dir(), "train"))]
     data = tmp_path / "data"
-    for k in range(3):  # two training shards and a validation shard, every row group identical
-        write_shard(data / f"shard_{k:05d}.parquet", {"text": docs * 4}, row_group_size=len(docs))
+    # two training shards and a validation shard, every row group identical; 2 048 training documents, so that each
+    # rank's share (1 024) exceeds the loader's buffer of 1 000, which is then the same on one process and on two
+    for k, copies in enumerate((16, 16, 4)):
+        write_shard(data / f"shard_{k:05d}.parquet", {"text": docs * copies}, row_group_size=len(docs))
     knobs = dict(TINY, steps=4, save_every=-1, data_dir=str(data))
     # two ranks step on 2 × 256 tokens (the same 256 twice); the recipe scales rates and decay by √(batch), so the
     # single process, stepping on 256, gets √2 × each at the reference batch: the optimizer then sees equal numbers
