@@ -6,6 +6,7 @@ evaluation round trip and the killed run are in the slow tier (`make test-slow`)
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ XSA_NB = str(Path(sys.executable).parent / "xsa_nb")
 pytestmark = pytest.mark.xdist_group("cli")  # one worker: the module fixture is built once
 TINY = ["-p", "depth", "1", "-p", "steps", "4", "-p", "seq_len", "64", "-p", "device_batch_size", "4",
         "-p", "eval_every", "-1", "-p", "eval_tokens", "512", "-p", "warmup_steps", "1", "-p", "save_every", "2"]
+TRAINED = [*TINY, "-p", "lr_scale", "1e-3"]  # the module fixture's run
 NOISE = ("without encryption", "KeyboardInterrupt")
 
 
@@ -42,7 +44,7 @@ def usual_mode(directory: Path) -> int:
 def trained(tmp_path_factory):
     "A tiny run trained by `xsa_nb train` without a run_dir, from an empty working directory."
     cwd = tmp_path_factory.mktemp("cwd")
-    res = xsa_nb("train", *TINY, "-p", "lr_scale", "1e-3", cwd=cwd)
+    res = xsa_nb("train", *TRAINED, cwd=cwd)
     assert res.returncode == 0, res.stderr[-5000:]
     (run,) = (cwd / "runs").iterdir()
     return cwd, run, res
@@ -52,6 +54,9 @@ def trained(tmp_path_factory):
     (["train", "-p", "xsa_alpah", "1.0"], "unknown parameter 'xsa_alpah' (did you mean 'xsa_alpha'?)"),
     (["train", "-p", "xsa_alpha", "abc"], "xsa_alpha: could not read 'abc' as a number"),
     (["eval", "runs/missing"], "run_dir 'runs/missing' does not exist"),
+    (["eval", "runs/a", "-p", "run_dir", "runs/b"], "run_dir given twice: 'runs/a' (the argument) and 'runs/b'"),
+    (["train", "-p", "device", "cuda:99"], "device 'cuda:99' is not available on this machine; available: auto, cpu"),
+    (["reproduce", "--preset", "bogus", "--dry-run"], "invalid choice: 'bogus'"),
 ])
 def test_mistakes_are_refused_before_any_work(tmp_path, args, said):
     res = xsa_nb(*args, cwd=tmp_path)
@@ -104,12 +109,28 @@ def test_eval_prints_its_results_and_a_failed_eval_keeps_the_good_notebook(train
     assert "extra_data_dir" in (run / "eval.failed.ipynb").read_text()
 
 
+def test_a_dry_run_prints_its_plan_and_writes_nothing(tmp_path):
+    res = xsa_nb("train", "-p", "depth", "2", "-p", "dry_run", "True", cwd=tmp_path)
+    assert res.returncode == 0 and "steps" in res.stdout, res.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_configuration_is_refused_before_any_work(trained):
+    cwd, run, _ = trained
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*"))
+    res = xsa_nb("train", *TRAINED, "-p", "depth", "2", "-p", "run_dir", run, cwd=cwd)  # not the run's config
+    assert res.returncode == 2 and "differs in ['depth']: depth: 1 stored, 2 asked" in res.stderr, res.stderr[-3000:]
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*")) == before  # nothing touched
+
+
 def test_a_failed_training_keeps_the_good_notebook(trained):
     cwd, run, _ = trained
-    good = (run / "train.ipynb").read_bytes()
-    res = xsa_nb("train", *TINY, "-p", "depth", "2", "-p", "run_dir", run, cwd=cwd)  # not the run's config
+    again = cwd / "again"  # the same run, to be trained afresh: its checkpoint and summary removed
+    shutil.copytree(run, again, ignore=shutil.ignore_patterns("checkpoint", "summary.json"))
+    good = (again / "train.ipynb").read_bytes()
+    res = xsa_nb("train", *TRAINED, "-p", "run_dir", again, "-p", "nan_at_step", "1", cwd=cwd)  # fails at step 1
     assert res.returncode == 1 and "train.failed.ipynb" in res.stderr, res.stderr[-3000:]
-    assert (run / "train.ipynb").read_bytes() == good and (run / "train.failed.ipynb").is_file()
+    assert (again / "train.ipynb").read_bytes() == good and (again / "train.failed.ipynb").is_file()
 
 
 @pytest.mark.slow

@@ -22,10 +22,11 @@ import xsa_nb
 from . import bench, data, docs
 from .core_eval import build_eval_bundle
 from .eval import EvalConfig, validate_eval_config
-from .experiments import (get_preset, plan_experiment, plan_experiment_text, run_experiment, run_papermill,
-                                without_env)
+from .experiments import (PRESETS, get_preset, plan_experiment, plan_experiment_text, run_experiment,
+                                run_papermill, without_env)
 from .tokenizer import train_tokenizer
-from .trainer import TrainConfig, convert_checkpoint, train, validate
+from .trainer import TrainConfig, check_same_settings, convert_checkpoint, train, validate
+from .utils import check_device_available
 
 # %% auto #0
 __all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'convert_param', 'check_params',
@@ -229,12 +230,18 @@ def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict
     defaults = {} if direct else _defaults("10_train.ipynb", root)
     if not knobs.get("run_dir"):
         knobs["run_dir"] = str(fresh_run_dir(knobs.get("depth", defaults.get("depth"))))
-    validate(TrainConfig(**(defaults | knobs)))
+    cfg = validate(TrainConfig(**(defaults | knobs)))
+    if not cfg.dry_run:  # a plan may name a device this machine lacks, and writes nothing
+        check_device_available(cfg.device)
+        check_same_settings(cfg.run_dir, cfg)
     return knobs
 
 
 def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
     "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise ValueError."
+    if params.get("run_dir", str(run_dir)) != str(run_dir):
+        raise ValueError(f"run_dir given twice: {str(run_dir)!r} (the argument) and {params['run_dir']!r} (-p run_dir); "
+                         "give it once, as the argument")
     knobs = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
     validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | knobs)))
     return knobs
@@ -243,7 +250,8 @@ def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
 def eval_results(ev: dict) -> str:
     "The numbers of an `eval.json`, as lines for the terminal."
     rounded = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
-    lines = [f"val bpb {ev['val_bpb']:.4f}"]
+    on = f" on {ev['val_tokens']:,} validation tokens" if "val_tokens" in ev else ""  # older eval.json: not recorded
+    lines = [f"val bpb {ev['val_bpb']:.4f}{on}"]
     lines += [f"bpb on {d}: {v:.4f}" for d, v in ev.get("extra_bpb", {}).items()]
     if "core" in ev:
         lines.append(f"CORE {ev['core']['core']:.4f}")
@@ -269,8 +277,8 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
         print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(params["run_dir"])
-    if args.command == "train" and args.direct:
-        train(TrainConfig(**params))
+    if args.command == "train" and (args.direct or params.get("dry_run")):  # a plan is printed, nothing written
+        train(TrainConfig(**({} if args.direct else _defaults("10_train.ipynb", root)) | params))
         return 0
     print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # killed: still a .failed notebook
@@ -354,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--trust", action="store_true", help="required: say that you trust where the run came from")
 
     rp = sub.add_parser("reproduce", help="run the main job end to end")
-    rp.add_argument("--preset", default="cpu", help="experiment preset: smoke, cpu, gpu-smoke, d12, d24 (default: cpu)")
+    rp.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
     rp.add_argument("--dry-run", action="store_true", help="print every run's resolved plan and stop (trains nothing)")
     return p

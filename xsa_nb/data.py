@@ -263,7 +263,8 @@ def download_shards(name: str, n: int, data_dir: Path | None = None, workers: in
         futures = [pool.submit(fetch, i) for i in indices]
     failed = [str(f.exception()) for f in futures if f.exception() is not None]
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(indices)} shards failed:\n" + "\n".join(failed))
+        raise RuntimeError(f"{len(failed)} of {len(indices)} shards could not be downloaded (first: {failed[0]})\n"
+                           + "\n".join(failed))
     log(f"{len(indices)} shards ready in {data_dir}")
     return [f.result() for f in futures]
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
-from .utils import rank_world
+from .utils import check_device_available, rank_world
 
 # %% auto #0
 __all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'CountModel', 'count_tokens', 'count_model',
@@ -164,7 +164,8 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
         if not ok:
             raise ValueError(msg)
     run = Path(cfg.run_dir)
-    need(bool(cfg.run_dir) and run.is_dir(), f"run_dir {cfg.run_dir!r} does not exist: give a run directory of 10_train")
+    need(bool(cfg.run_dir), "run_dir is required: give a run directory of 10_train (-p run_dir DIR)")
+    need(run.is_dir(), f"run_dir {cfg.run_dir!r} does not exist: give a run directory of 10_train")
     need((run / "summary.json").is_file(),
          f"run_dir {cfg.run_dir!r} holds no finished run (no summary.json): train it with 10_train")
     need(not cfg.extra_data_dir or Path(cfg.extra_data_dir).is_dir(),
@@ -177,4 +178,5 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
         need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
     need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
          f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
+    check_device_available(cfg.device)
     return cfg

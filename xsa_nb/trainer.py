@@ -40,7 +40,7 @@ from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
 from .tokenizer import Tokenizer, token_bytes, train_tokenizer
-from .utils import atomic_write_bytes, atomic_write_text
+from .utils import atomic_write_bytes, atomic_write_text, check_device_available
 
 # %% auto #0
 __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
@@ -51,9 +51,9 @@ __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'S
            'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'prepare_data',
            'run_plan', 'plan_text', 'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer',
            'rng_state', 'set_rng_state', 'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint',
-           'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_run', 'resolve_run',
-           'build_model', 'build_optimizer', 'load_weights_from', 'continue_checkpoint', 'progress_line', 'train',
-           'read_metrics', 'keep_run', 'read_kept', 'read_config', 'read_settings', 'load_run']
+           'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_settings', 'check_same_run',
+           'resolve_run', 'build_model', 'build_optimizer', 'load_weights_from', 'continue_checkpoint', 'progress_line',
+           'train', 'read_metrics', 'keep_run', 'read_kept', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08_trainer.ipynb #cab15f50
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -378,7 +378,7 @@ def _fetch(what: str, command: str, fetch):
     try:
         return fetch()
     except (OSError, RuntimeError) as e:
-        raise RuntimeError(f"{what} is missing and could not be fetched ({str(e).splitlines()[0]}). On a machine with "
+        raise RuntimeError(f"{what}: missing, and could not be fetched ({str(e).splitlines()[0]}). On a machine with "
                            f"network run `{command}`, or give the path explicitly") from e
 
 
@@ -445,7 +445,7 @@ def plan_text(plan: dict) -> str:
                      f"{d['chars_per_token_source']}); to fetch: {d['shards_to_fetch']} shards, "
                      f"≈ {d['bytes_to_fetch'] / 1e9:.1f} GB; tokenizer to train: {d['tokenizer_to_train']}")
     lines += ["recipe:", recipe_table(r),
-              f"time: {plan['training_flops']:.3g} FLOPs at {plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.0f} "
+              f"time: {plan['training_flops']:.3g} FLOPs at {plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.3g} "
               f"TFLOP/s ({plan['peak_source']}) ≈ {hours:.2f} h"]
     return "\n".join(lines)
 
@@ -640,18 +640,31 @@ def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
     return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and saved.get(k, "<absent>") != now.get(k))
 
 
+def _another_configuration(run_dir: Path, what: str) -> ValueError:
+    return ValueError(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
+                      "delete the old one")
+
+
+def check_same_settings(run_dir: Path, cfg: TrainConfig) -> None:
+    "Refuse `run_dir` if its `config.json` (when there is one) differs from `cfg`, naming each value stored and asked."
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return
+    saved, now = json.loads(path.read_text()), cfg.to_dict()
+    if diff := config_differences(saved, cfg):
+        said = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} stored, {now.get(k, '<absent>')!r} asked" for k in diff)
+        raise _another_configuration(run_dir, f"differs in {diff}: {said}")
+
+
 def check_same_run(run_dir: Path, cfg: TrainConfig, digest: str) -> None:
     "Refuse to continue or reuse `run_dir` unless it was made with configuration `cfg` resolved to hash `digest`."
     run_dir = Path(run_dir)
-    saved = json.loads((run_dir / "config.json").read_text())
+    check_same_settings(run_dir, cfg)
     recorded = [json.loads(p.read_text()).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
                                                                          run_dir / "summary.json") if p.is_file()]
-    diff = config_differences(saved, cfg)
-    if diff or any(h != digest for h in recorded):
-        what = (f"differs in {diff}" if diff else
-                "same settings, resolved differently here: another device, or code that derives the recipe changed")
-        raise ValueError(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
-                         "delete the old one")
+    if any(h != digest for h in recorded):
+        raise _another_configuration(run_dir, "same settings, resolved differently here: another device, or code "
+                                              "that derives the recipe changed")
 
 
 def resolve_run(cfg: TrainConfig, world_size: int = 1) -> tuple[TrainConfig, dict, str]:
@@ -736,6 +749,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         plan = run_plan(cfg, world)
         log(plan_text(plan))
         return plan
+    check_device_available(cfg.device)  # a plan may name a GPU the planning machine lacks; a run may not
     requested, cfg = cfg, resolve_settings(cfg)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo", timeout=timedelta(hours=6))
@@ -763,6 +777,9 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     taken_over = json.loads((Path(cfg.continue_from) / "checkpoint" / "meta.json").read_text())["step"] \
         if cfg.continue_from else 0
     steps, schedule_steps = taken_over + recipe["steps"], taken_over or recipe["steps"]
+    if cfg.warmup_steps > schedule_steps:
+        warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than the run's {schedule_steps} steps: the learning "
+                      f"rate ends at {schedule_steps / cfg.warmup_steps:.0%} of its peak and never warms down")
     log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} "
         f"(config hash {digest})\n{recipe_table(recipe)}")
 

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_impl', 'paired_cpu_ms',
-           'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_device_available',
+           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -53,6 +53,18 @@ def positive_int(name: str, value, meaning: str = "") -> None:
     "Raise a ValueError naming `name` unless `value` is an integer >= 1 (`meaning` says what it counts)."
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1{meaning}, got {value!r}")
+
+# %% ../nbs/00a_utils.ipynb #bac5c8f3
+def check_device_available(device: str) -> None:
+    "Raise a ValueError naming `device` and the devices this machine has, unless `device` is one of them."
+    kind, _, index = str(device).partition(":")
+    gpus = torch.cuda.device_count()
+    here = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(gpus)] if gpus else [])
+    here += ["mps"] * torch.backends.mps.is_available()
+    missing = (kind == "cuda" and (gpus == 0 or (index.isdigit() and int(index) >= gpus))) or \
+              (kind == "mps" and "mps" not in here)
+    if missing:
+        raise ValueError(f"device {device!r} is not available on this machine; available: {', '.join(here)}")
 
 # %% ../nbs/00a_utils.ipynb #cb8285e7
 KERNEL_IMPLS: tuple[str, ...] = ("fused", "plain")
