@@ -26,7 +26,7 @@ from .experiments import (PRESETS, get_preset, plan_experiment, plan_experiment_
                                 run_papermill, without_env)
 from .tokenizer import train_tokenizer
 from .trainer import TrainConfig, check_same_settings, convert_checkpoint, train, validate
-from .utils import check_device_available
+from .utils import check_device
 
 # %% auto #0
 __all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'convert_param', 'check_params',
@@ -222,8 +222,8 @@ def _defaults(notebook: str, root: Path) -> dict:
     return {name: p["default"] for name, p in notebook_params(root / "nbs" / notebook).items()}
 
 
-def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict:
-    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated; raise ValueError."
+def checked_train_params(params: dict, root: Path, direct: bool = False) -> tuple[dict, TrainConfig]:
+    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated: `(knobs, config)`."
     knobs = check_params(params, TrainConfig)
     if direct and not knobs.get("run_dir"):
         raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
@@ -232,9 +232,9 @@ def checked_train_params(params: dict, root: Path, direct: bool = False) -> dict
         knobs["run_dir"] = str(fresh_run_dir(knobs.get("depth", defaults.get("depth"))))
     cfg = validate(TrainConfig(**(defaults | knobs)))
     if not cfg.dry_run:  # a plan may name a device this machine lacks, and writes nothing
-        check_device_available(cfg.device)
+        check_device(cfg.device)
         check_same_settings(cfg.run_dir, cfg)
-    return knobs
+    return knobs, cfg
 
 
 def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
@@ -270,15 +270,15 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
     params = parse_params(args.param)
     try:
         if args.command == "train":
-            params = checked_train_params(params, root, direct=args.direct)
+            params, cfg = checked_train_params(params, root, direct=args.direct)
         else:
             params = checked_eval_params(args.run_dir, params, root)
     except ValueError as e:
         print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(params["run_dir"])
-    if args.command == "train" and (args.direct or params.get("dry_run")):  # a plan is printed, nothing written
-        train(TrainConfig(**({} if args.direct else _defaults("10_train.ipynb", root)) | params))
+    if args.command == "train" and (args.direct or cfg.dry_run):  # a plan is printed, nothing written
+        train(cfg)
         return 0
     print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # killed: still a .failed notebook

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
-from .utils import check_device_available, rank_world
+from .utils import check_device, rank_world
 
 # %% auto #0
 __all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'CountModel', 'count_tokens', 'count_model',
@@ -176,7 +176,5 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
          f"core_max_per_task must be >= 1 or -1 (all), got {cfg.core_max_per_task!r}")
     for name in ("eval_tokens", "diag_rows"):
         need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
-    need(cfg.device == "auto" or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
-         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
-    check_device_available(cfg.device)
+    check_device(cfg.device)
     return cfg

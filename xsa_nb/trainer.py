@@ -40,7 +40,7 @@ from .model import GPT, GPTConfig
 from .muon import MuonAdamW, apply_schedule
 from .routing import RESIDUAL_PRESETS
 from .tokenizer import Tokenizer, token_bytes, train_tokenizer
-from .utils import atomic_write_bytes, atomic_write_text, check_device_available
+from .utils import atomic_write_bytes, atomic_write_text, check_device
 
 # %% auto #0
 __all__ = ['AUTO', 'B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
@@ -242,8 +242,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             "core_bundle", "save_every"}
     for name, value in cfg.to_dict().items():
         need(value != AUTO or name in auto, f"{name} cannot be 'auto'; allowed for: {', '.join(sorted(auto))}")
-    need(cfg.device == AUTO or cfg.device.split(":")[0] in ("cpu", "cuda", "mps"),
-         f"device must be auto, cpu, cuda[:i] or mps, got {cfg.device!r}")
+    check_device(cfg.device, available=False)  # presets name GPUs the machine checking them may lack
     for name in ("dtype", "muon_dtype"):
         need(getattr(cfg, name) in (AUTO, "float32", "bfloat16"),
              f"{name} must be auto, float32 or bfloat16, got {getattr(cfg, name)!r}")
@@ -749,7 +748,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         plan = run_plan(cfg, world)
         log(plan_text(plan))
         return plan
-    check_device_available(cfg.device)  # a plan may name a GPU the planning machine lacks; a run may not
+    check_device(cfg.device)  # a plan may name a GPU the planning machine lacks; a run may not
     requested, cfg = cfg, resolve_settings(cfg)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo", timeout=timedelta(hours=6))

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_device_available',
-           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_device', 'check_impl',
+           'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -55,9 +55,13 @@ def positive_int(name: str, value, meaning: str = "") -> None:
         raise ValueError(f"{name} must be an integer >= 1{meaning}, got {value!r}")
 
 # %% ../nbs/00a_utils.ipynb #bac5c8f3
-def check_device_available(device: str) -> None:
-    "Raise a ValueError naming `device` and the devices this machine has, unless `device` is one of them."
+def check_device(device: str, available: bool = True) -> None:
+    "Raise a ValueError naming `device` unless it is a device name and (if `available`) this machine has that device."
     kind, _, index = str(device).partition(":")
+    if device != "auto" and kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be auto, cpu, cuda[:i] or mps, got {device!r}")
+    if not available:
+        return
     gpus = torch.cuda.device_count()
     here = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(gpus)] if gpus else [])
     here += ["mps"] * torch.backends.mps.is_available()
