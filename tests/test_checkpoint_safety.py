@@ -23,7 +23,8 @@ class Planted:
 @pytest.fixture()
 def planted(tmp_path, monkeypatch):
     "A trained run directory whose checkpoint was replaced by the old pickled format with a planted object."
-    from xsa_nb.trainer import TrainConfig, train
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.trainer import train
     run = tmp_path / "run"
     train(TrainConfig(**TINY, run_dir=str(run)), log=lambda *_: None, progress=False)
     marker = tmp_path / "marker"
@@ -37,7 +38,8 @@ def planted(tmp_path, monkeypatch):
 
 
 def test_resume_refuses_a_pickled_checkpoint(planted):
-    from xsa_nb.trainer import TrainConfig, train
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.trainer import train
     run, marker = planted
     (run / "summary.json").unlink()  # unfinished: train() must read the checkpoint to resume
     with pytest.raises(ValueError, match=r"xsa_nb checkpoint convert .* --trust"):
@@ -46,7 +48,8 @@ def test_resume_refuses_a_pickled_checkpoint(planted):
 
 
 def test_init_from_refuses_a_pickled_checkpoint(planted, tmp_path):
-    from xsa_nb.trainer import TrainConfig, train
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.trainer import train
     run, marker = planted
     with pytest.raises(ValueError, match=r"holds optimizer.pt, state.pt: pickles"):
         train(TrainConfig(**TINY, init_from=str(run), run_dir=str(tmp_path / "next")), log=lambda *_: None,

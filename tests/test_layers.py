@@ -1,6 +1,6 @@
-"""The package is layered as the index page shows: shared helpers → mechanisms →
-model → pipeline → tooling. A module imports only from its own layer or those below it, and never a private
-(`_`-prefixed) name of another module; every module of the package is in exactly one layer."""
+"""The package is layered as DESIGN.md and the index page show: shared helpers → mechanisms → model → evaluation
+and data → training → studies → tooling. A module imports only from its own layer or those below it, and never a
+private (`_`-prefixed) name of another module; every module of the package is in exactly one layer."""
 import ast
 
 import pytest
@@ -11,7 +11,9 @@ LAYERS = [
     ("helpers", {"utils"}),
     ("mechanisms", {"xsa", "muon", "routing"}),
     ("model", {"model"}),
-    ("pipeline", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat", "trainer", "experiments", "report"}),
+    ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat"}),
+    ("training", {"config", "recipe", "checkpoint", "trainer"}),
+    ("studies", {"experiments", "report"}),
     ("tooling", {"bench", "docs", "cli"}),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

@@ -58,14 +58,15 @@ def test_eval_notebook_writes_eval_json(trained):
     assert (trained / "attention.png").is_file()
 
 
-def test_every_trainer_knob_is_a_parameter():
-    from xsa_nb.trainer import TrainConfig
-    import dataclasses
+def test_every_train_option_is_a_parameter_with_its_default_and_help():
+    """10_train's parameters cell is `TrainConfig`, option for option: the same names, defaults and help, in order
+    (regenerate it with `xsa_nb.config.parameters_source()` after adding an option)."""
+    from xsa_nb.config import parameters_source
     nb = json.loads((ROOT / "nbs" / "10_train.ipynb").read_text())
     tagged = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
     assert len(tagged) == 1, "exactly one cell of 10_train must carry the papermill `parameters` tag"
-    names = {line.split("=")[0].strip() for line in "".join(tagged[0]["source"]).splitlines() if "=" in line}
-    assert names == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert "".join(tagged[0]["source"]) == parameters_source(), \
+        "10_train's parameters cell differs from TrainConfig: paste xsa_nb.config.parameters_source() into it"
 
 
 def test_every_eval_knob_is_a_parameter_with_its_default():
@@ -99,3 +100,18 @@ def test_runs_without_run_dir_do_not_collide(tmp_path):
         assert res.returncode == 0, res.stderr[-5000:]
     runs = sorted((tmp_path / "runs").iterdir())
     assert [json.loads((r / "config.json").read_text())["depth"] for r in runs] == [1, 2], runs
+
+
+def test_gated_xsa_trains_on_the_plain_kernels(tmp_path):
+    """`-p kernels plain` and `-p xsa_gate True` are training options: a run through papermill trains a gated XSA
+    model on the plain (autograd) paths, and its settings and checkpoint say so (the gates are parameters)."""
+    from safetensors import safe_open
+    run = tmp_path / "plain"
+    res = papermill("10_train.ipynb", tmp_path / "train.ipynb", "-p", "depth", "2", "-p", "steps", "2",
+                    "-p", "xsa_alpha", "1.0", "-p", "xsa_gate", "True", "-p", "kernels", "plain", "-p", "run_dir",
+                    str(run), *SMALL)
+    assert res.returncode == 0, res.stderr[-5000:]
+    settings = json.loads((run / "summary.json").read_text())["settings"]
+    assert (settings["kernels"], settings["xsa_gate"], settings["xsa_alpha"]) == ("plain", True, 1.0)
+    with safe_open(str(run / "checkpoint" / "model.safetensors"), "pt") as f:
+        assert {k for k in f.keys() if k.endswith("xsa_gate")} == {f"transformer.h.{i}.attn.xsa_gate" for i in range(2)}

@@ -27,7 +27,8 @@ def papermill(notebook, out, *params):
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory):
-    from xsa_nb.trainer import TrainConfig, train
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.trainer import train
     run = tmp_path_factory.mktemp("runs") / "smoke"
     train(TrainConfig(steps=3, run_dir=str(run), **BASE), log=lambda *_: None, progress=False)
     return run
@@ -64,7 +65,8 @@ def test_sft_then_chatcore_under_papermill(base_run):
 def test_interrupted_sft_resumes_exactly(base_run, tmp_path):
     from xsa_nb.chat import chat_sample_dir, sft_loaders, sft_mixture
     from xsa_nb.data import default_tokenizer
-    from xsa_nb.trainer import TrainConfig, TrainingDiverged, train
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.trainer import TrainingDiverged, train
     tok = default_tokenizer()
     mix = {s: sft_mixture(chat_sample_dir(), s) for s in ("train", "val")}
     loaders = lambda: sft_loaders(tok, mix["train"], mix["val"], 4, 64)  # noqa: E731

@@ -19,7 +19,7 @@ def losses(run_dir):
     return [m["loss"] for m in lines if "loss" in m]
 
 
-CODE = "import sys, json; from xsa_nb.trainer import TrainConfig, train; train(TrainConfig(**json.loads(sys.argv[1])))"
+CODE = "import sys, json; from xsa_nb.config import TrainConfig; from xsa_nb.trainer import train; train(TrainConfig(**json.loads(sys.argv[1])))"
 
 
 def spawn_train(run_dir, env=None, **knobs):
@@ -49,7 +49,9 @@ def test_kill_and_resume_is_bit_for_bit(tmp_path):
 
 
 def test_nan_stops_with_a_clear_message_and_a_loadable_checkpoint(tmp_path):
-    from xsa_nb.trainer import TrainConfig, TrainingDiverged, build_model, load_checkpoint, train
+    from xsa_nb.checkpoint import load_checkpoint
+    from xsa_nb.config import TrainConfig, build_model
+    from xsa_nb.trainer import TrainingDiverged, train
     from xsa_nb.data import default_tokenizer
     cfg = TrainConfig(**TINY, run_dir=str(tmp_path / "nan"), nan_at_step=3)
     with pytest.raises(TrainingDiverged, match=r"training loss is nan at step 3 .*the last good checkpoint is "

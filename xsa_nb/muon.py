@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim.adamw import adamw
-from .utils import rank_world
+from .utils import dist_info
 
 # %% auto #0
 __all__ = ['QUINTIC_COEFFICIENTS', 'MUON_DEFAULTS', 'NS_DTYPES', 'ADAMW_DEFAULTS', 'polar_factor_reference', 'quintic_schedule',
@@ -175,7 +175,7 @@ class MuonAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        rank, world = rank_world()
+        rank, _, world = dist_info()
         if world > 1:
             self._average_gradients(world)
         for group in self.param_groups:

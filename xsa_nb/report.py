@@ -26,7 +26,8 @@ from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
 from .experiments import PUBLISHED_SHAPES, Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
-from .trainer import TrainConfig, read_metrics, resolve_settings, run_tokenizer
+from .checkpoint import read_metrics
+from .config import TrainConfig, resolve_settings, run_tokenizer
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0

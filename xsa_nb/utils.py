@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+import xsa_nb
+
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'rank_world', 'positive_int', 'check_device', 'check_impl',
-           'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'positive_int', 'check_device',
+           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -42,11 +44,17 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 # %% ../nbs/00a_utils.ipynb #76165363
-def rank_world() -> tuple[int, int]:
-    "`(rank, world_size)` of the default process group, `(0, 1)` when torch.distributed is not initialised."
+def dist_info() -> tuple[int, int, int]:
+    "(rank, local_rank, world_size) of this process: the process group's once it exists, torchrun's environment before."
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+        return dist.get_rank(), local_rank, dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), local_rank, int(os.environ.get("WORLD_SIZE", 1))
+
+# %% ../nbs/00a_utils.ipynb #128988d4
+def repo_root() -> Path:
+    "The source checkout this package is installed from: the directory holding `xsa_nb/`, `nbs/` and `settings.ini`."
+    return Path(xsa_nb.__file__).resolve().parents[1]
 
 # %% ../nbs/00a_utils.ipynb #b6750497
 def positive_int(name: str, value, meaning: str = "") -> None:
@@ -74,10 +82,10 @@ def check_device(device: str, available: bool = True) -> None:
 KERNEL_IMPLS: tuple[str, ...] = ("fused", "plain")
 
 
-def check_impl(impl: str) -> str:
-    "Return `impl` if it names a kernel path in `KERNEL_IMPLS`, else raise a ValueError naming it."
+def check_impl(impl: str, name: str = "impl") -> str:
+    "Return `impl` if it names a kernel path in `KERNEL_IMPLS`, else raise a ValueError naming it as `name`."
     if impl not in KERNEL_IMPLS:
-        raise ValueError(f"impl={impl!r}: allowed are {KERNEL_IMPLS}")
+        raise ValueError(f"{name}={impl!r}: allowed are {KERNEL_IMPLS}")
     return impl
 
 # %% ../nbs/00a_utils.ipynb #21daf051
