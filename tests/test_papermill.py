@@ -115,3 +115,25 @@ def test_gated_xsa_trains_on_the_plain_kernels(tmp_path):
     assert (settings["kernels"], settings["xsa_gate"], settings["xsa_alpha"]) == ("plain", True, 1.0)
     with safe_open(str(run / "checkpoint" / "model.safetensors"), "pt") as f:
         assert {k for k in f.keys() if k.endswith("xsa_gate")} == {f"transformer.h.{i}.attn.xsa_gate" for i in range(2)}
+
+
+def test_a_gpu_sized_run_on_a_cpu_is_refused_within_seconds(tmp_path):
+    """The README's GPU command on a CPU machine: refused before any work with its estimate (hours), naming the dry
+    run and the override; no run directory is left (the override itself is the next test)."""
+    import time
+    t0 = time.perf_counter()
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "24", cwd=tmp_path)
+    assert res.returncode != 0 and time.perf_counter() - t0 < 120
+    said = res.stderr + res.stdout
+    assert "estimated at" in said and " h on the CPU" in said and "-p dry_run True" in said and "-p max_cpu_hours 0" in said
+    assert [p.name for p in tmp_path.iterdir()] == ["out.ipynb"]  # no runs/ directory
+
+
+def test_the_length_check_lets_a_run_through_with_the_override():
+    from xsa_nb.config import TrainConfig
+    from xsa_nb.recipe import check_run_length
+    big = TrainConfig(depth=24, device="cpu")
+    with pytest.raises(ValueError, match="over max_cpu_hours=2"):
+        check_run_length(big)
+    plan = check_run_length(TrainConfig(depth=24, device="cpu", max_cpu_hours=0))
+    assert plan["estimated_seconds"] > 2 * 3600

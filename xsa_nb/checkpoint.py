@@ -269,7 +269,7 @@ def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) ->
             "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "world_size": world_size}
 
 
-UNHASHED_KEYS = ("run_dir", "dry_run", "nan_at_step")  # where a run lives, and switches that train nothing
+UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "nan_at_step")  # where a run lives; switches that train nothing
 
 
 def config_hash(settings: TrainConfig, recipe: dict) -> str:
@@ -320,6 +320,7 @@ def resolve_run(cfg: TrainConfig, world_size: int = 1) -> tuple[TrainConfig, dic
 # %% ../nbs/08b_checkpoint.ipynb #90c71064
 def append_metrics(path: Path, entry: dict) -> None:
     "Append one metrics line (a JSON object) to a run's `metrics.jsonl`."
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(entry) + "\n")
 

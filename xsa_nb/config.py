@@ -85,6 +85,7 @@ class TrainConfig:
     core_bundle: str = option(AUTO, "eval bundle directory for CORE: auto is ~/.cache/xsa_nb/eval_bundle on a GPU")
     save_every: int | str = option(AUTO, "checkpoint every N steps and at the end: auto is 1000 on a GPU, 50 on the CPU")
     dry_run: bool = option(False, "print the resolved plan (data, recipe, shape, time) and stop")
+    max_cpu_hours: float = option(2.0, "refuse a CPU run estimated to take longer (hours, as the dry run estimates), 0 for no limit")
     nan_at_step: int = option(-1, "test hook, make the loss NaN at this step")
 
     def to_dict(self) -> dict:

@@ -20,9 +20,9 @@ from .tokenizer import Tokenizer, train_tokenizer
 
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
-           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'scaling_params', 'planned_vocab_size',
-           'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'fetch_or_explain', 'prepare_data',
-           'run_plan', 'plan_text']
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'STUDY_SHAPES', 'scaling_params',
+           'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
+           'fetch_or_explain', 'prepare_data', 'run_plan', 'shape_text', 'plan_text', 'check_run_length']
 
 # %% ../nbs/08a_recipe.ipynb #a0800004
 B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
@@ -167,15 +167,31 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
             "training_flops": flops, "estimated_seconds": flops / (peak * ASSUMED_MFU * world_size)}
 
 
+STUDY_SHAPES = {12: (768, 12), 24: (1024, 16)}  # the XSA-under-Muon study's d12 and d24: (width, heads of 64)
+
+
+def shape_text(settings: dict, recipe: dict) -> str:
+    "The model's shape and the rule that made it; at depth 12 or 24 by nanochat's rule, how to build the study's."
+    r, depth = recipe, recipe["n_layer"]
+    explicit = settings["n_embd"] > 0 or settings["n_head"] > 0
+    rule = "explicit n_embd / n_head" if explicit else \
+        f"nanochat's rule: {settings['aspect_ratio']} × depth, rounded up to a multiple of {settings['head_dim']}"
+    line = (f"model: depth {depth}, width {r['n_embd']} ({rule}), {r['n_head']} heads of {r['head_dim']}, "
+            f"{r['params']:,} parameters ({r['scaling_params']:,} scaling), {r['flops_per_token']:,} FLOPs per token")
+    if depth in STUDY_SHAPES and (r["n_embd"], r["n_head"]) != STUDY_SHAPES[depth]:
+        width, heads = STUDY_SHAPES[depth]
+        line += (f"\n  not the XSA-under-Muon study's d{depth} ({width} wide, {heads} heads of {width // heads}); "
+                 f"that shape is -p n_embd {width} -p n_head {heads}")
+    return line
+
+
 def plan_text(plan: dict) -> str:
     "The plan of `run_plan` as lines for people."
     s, r, d = plan["settings"], plan["recipe"], plan["data"]
     hours = plan["estimated_seconds"] / 3600
     lines = [f"device {s['device']} ({s['dtype']}, compile {s['compile']}), rows {s['device_batch_size']} × "
              f"{s['seq_len']} tokens, windows {s['window_pattern']}, packing {s['packing']}",
-             f"model: depth {r['n_layer']}, width {r['n_embd']}, {r['n_head']} heads of {r['head_dim']}, "
-             f"{r['params']:,} parameters ({r['scaling_params']:,} scaling), {r['flops_per_token']:,} FLOPs per token",
-             f"data: {d['data_dir']}, tokenizer {d['tokenizer']}"]
+             shape_text(s, r), f"data: {d['data_dir']}, tokenizer {d['tokenizer']}"]
     if "shards_needed" in d:
         lines.append(f"  {d['shards_needed']} training shards needed ({d['chars_per_token']:.2f} characters per token, "
                      f"{d['chars_per_token_source']}); to fetch: {d['shards_to_fetch']} shards, "
@@ -184,3 +200,17 @@ def plan_text(plan: dict) -> str:
               f"time: {plan['training_flops']:.3g} FLOPs at {plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.3g} "
               f"TFLOP/s ({plan['peak_source']}) ≈ {hours:.2f} h"]
     return "\n".join(lines)
+
+
+def check_run_length(cfg: TrainConfig, world_size: int = 1) -> dict:
+    "The run's plan (`run_plan`); a CPU run estimated beyond `cfg.max_cpu_hours` is refused before any work."
+    plan = run_plan(cfg, world_size)
+    hours, device = plan["estimated_seconds"] / 3600, plan["settings"]["device"]
+    if device == "cpu" and 0 < cfg.max_cpu_hours < hours:
+        r = plan["recipe"]
+        raise ValueError(
+            f"this run is estimated at {hours:.1f} h on the CPU ({r['params']:,} parameters, {r['tokens']:,} tokens), "
+            f"over max_cpu_hours={cfg.max_cpu_hours:g}: it is sized for a GPU (`papermill nbs/10_train.ipynb out.ipynb "
+            f"-p depth {r['n_layer']}` on a GPU machine). See its whole plan with -p dry_run True; to run it here "
+            f"anyway, pass -p max_cpu_hours 0")
+    return plan

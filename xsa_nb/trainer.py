@@ -22,14 +22,13 @@ from tqdm.auto import tqdm
 from .checkpoint import (append_metrics, check_same_run, checkpoint_step, config_hash, continue_checkpoint,
                                fresh_run_dir, load_checkpoint, load_weights_from, loader_positions, provenance,
                                read_metrics, restore_position, save_checkpoint, truncate_metrics)
-from .config import (AUTO, TrainConfig, build_model, matmul_flops, resolve_settings, run_tokenizer, synchronize,
-                           validate)
+from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
 from .eval import bits_per_byte
 from .model import GPT
 from .muon import MuonAdamW, apply_schedule
-from .recipe import plan_text, prepare_data, recipe_table, resolve_recipe, run_plan
+from .recipe import check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, shape_text
 from .tokenizer import Tokenizer, token_bytes
 from .utils import atomic_write_text, check_device, dist_info
 
@@ -146,6 +145,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         log(plan_text(plan))
         return plan
     check_device(cfg.device)  # a plan may name a GPU the planning machine lacks; a run may not
+    plan = check_run_length(cfg, world)  # a CPU run that would take hours is refused before any work
     requested = cfg if cfg.run_dir else dataclasses.replace(cfg, run_dir=str(fresh_run_dir(cfg.depth)))
     cfg = resolve_settings(requested)
     start_process_group(cfg, world)
@@ -170,8 +170,9 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     if cfg.warmup_steps > horizon:
         warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than the run's {horizon} steps: the learning "
                       f"rate ends at {horizon / cfg.warmup_steps:.0%} of its peak and never warms down")
-    log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} "
-        f"(config hash {digest})\n{recipe_table(recipe)}")
+    log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} (config hash "
+        f"{digest}), estimated {plan['estimated_seconds'] / 3600:.2f} h\n{shape_text(cfg.to_dict(), recipe)}\n"
+        f"{recipe_table(recipe)}")
 
     model = build_model(cfg, tokenizer.vocab_size, device)
     optimizer = build_optimizer(cfg, model, dtype, recipe)
@@ -179,14 +180,12 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     start, train_time, commits = start_position(cfg, model, optimizer, loader, log)
     saved_step = start if resuming else None
     if rank == 0:
-        if not resuming:
-            atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
         truncate_metrics(run_dir / "metrics.jsonl", start)
     made_by = provenance(device, dtype, world)
     commits = sorted(set(commits) | {made_by["commit"]})
     meta = {"config": requested.to_dict(), "settings": cfg.to_dict(), "recipe": recipe, "config_hash": digest,
             "provenance": made_by}
-    peak = matmul_flops(device, dtype)
+    peak = plan["peak_flops"]  # measured here, in the run's dtype
     step_model = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     tb = token_bytes(tokenizer).to(device)
@@ -208,6 +207,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                                                                  device=device)["core"], autocast)
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
+            if rank == 0:  # with the first checkpoint: a run killed before it leaves no directory that looks like a run
+                atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
             save_checkpoint(run_dir / "checkpoint", model, optimizer,
                             {"step": step, "loader": loader_positions(loader), "train_time": train_time,
                              "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
