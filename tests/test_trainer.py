@@ -1,5 +1,6 @@
 """End-to-end properties of the training loop that need separate processes: a run killed mid-way resumes bit for
-bit, a NaN stops the run and leaves a loadable checkpoint, and torchrun with 2 CPU processes matches one process.
+bit, a NaN stops the run and leaves a loadable checkpoint, a second writer of a run directory is refused, and
+torchrun with 2 CPU processes matches one process.
 The kill-and-resume and torchrun tests take most of a minute each: they are in the slow tier (`make test-slow`)."""
 import json
 import os
@@ -96,3 +97,29 @@ def test_torchrun_two_processes_match_one(tmp_path):
     assert len(one) == len(two) == 4
     assert one[0] == two[0], (one, two)  # same init, same batch
     assert max(abs(a - b) / a for a, b in zip(one, two)) < 1e-5, (one, two)
+
+
+def test_a_second_writer_of_a_run_directory_is_refused(tmp_path):
+    """Two trainings into one run directory: while the first runs, the second is refused naming the first (before,
+    both 'succeeded', metrics.jsonl held every step twice); once the first is killed its lock is stale and a third
+    process resumes the run."""
+    first = spawn_train(tmp_path / "run", steps=400, save_every=50)
+    lock = tmp_path / "run" / ".lock"
+    deadline = time.time() + 120
+    while time.time() < deadline and first.poll() is None and not (lock.exists() and lock.read_text()):
+        time.sleep(0.05)
+    try:
+        assert first.poll() is None, first.stderr.read()[-5000:]
+        second = spawn_train(tmp_path / "run", steps=400, save_every=50)
+        assert second.wait(timeout=120) != 0
+        assert f"is being written by training (process {first.pid}" in second.stderr.read()
+    finally:
+        first.kill()
+        first.wait()
+    third = spawn_train(tmp_path / "run", steps=400, save_every=50)
+    deadline = time.time() + 120
+    while time.time() < deadline and third.poll() is None and f"process {third.pid} " not in lock.read_text():
+        time.sleep(0.05)
+    third.kill()
+    third.wait()
+    assert f"training (process {third.pid} " in lock.read_text()  # the killed first's lock was taken over

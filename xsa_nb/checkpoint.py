@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
@@ -36,7 +38,8 @@ __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', '
            'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint',
            'checkpoint_step', 'loader_positions', 'restore_position', 'code_version', 'provenance', 'config_hash',
            'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics',
-           'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'read_config', 'read_settings', 'load_run']
+           'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'lock_run_dir', 'read_config', 'read_settings',
+           'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -346,6 +349,25 @@ def fresh_run_dir(depth: int, runs: Path = Path("runs")) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+# %% ../nbs/08b_checkpoint.ipynb #477feea6
+def lock_run_dir(run_dir: Path, what: str) -> IO:
+    "Hold `run_dir` for this process while it writes there (`what`: training, evaluation); refuse it if another holds it."
+    path = Path(run_dir) / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(path, "a+")
+    try:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # per process; released by the OS when the process ends
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise RuntimeError(f"{run_dir} is being written by {holder}: wait for it to end, or use another run_dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{what} (process {os.getpid()} on {platform.node()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})")
+    lock.flush()
+    return lock
 
 # %% ../nbs/08b_checkpoint.ipynb #37c273ea
 def read_config(run_dir: Path) -> TrainConfig:

@@ -83,6 +83,7 @@ class TrainConfig:
     eval_tokens: int | str = option(AUTO, "validation tokens per evaluation: auto is 80 x 2^19 on a GPU, 32768 on the CPU")
     core_every: int | str = option(AUTO, "CORE every N steps and at the end, 0 at the end only, -1 never: auto is 2000 on a GPU")
     core_bundle: str = option(AUTO, "eval bundle directory for CORE: auto is ~/.cache/xsa_nb/eval_bundle on a GPU")
+    core_items: int = option(500, "CORE items per task during training, nanochat's 500 (11_eval scores every item)")
     save_every: int | str = option(AUTO, "checkpoint every N steps and at the end: auto is 1000 on a GPU, 50 on the CPU")
     dry_run: bool = option(False, "print the resolved plan (data, recipe, shape, time) and stop")
     max_cpu_hours: float = option(2.0, "refuse a CPU run estimated to take longer (hours, as the dry run estimates), 0 for no limit")
@@ -234,7 +235,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(cfg.kernels in KERNEL_IMPLS, f"kernels must be one of {KERNEL_IMPLS}, got {cfg.kernels!r}")
     s = resolve_settings(cfg)
     integer = lambda v: isinstance(v, int) and not isinstance(v, bool)
-    for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size"):
+    for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size", "core_items"):
         need(integer(getattr(s, name)) and getattr(s, name) >= 1,
              f"{name} must be an integer >= 1, got {getattr(s, name)!r}")
     for name in ("n_embd", "n_head", "total_batch_size", "steps"):

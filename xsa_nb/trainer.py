@@ -20,8 +20,8 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from .checkpoint import (append_metrics, check_same_run, checkpoint_step, config_hash, continue_checkpoint,
-                               fresh_run_dir, load_checkpoint, load_weights_from, loader_positions, provenance,
-                               read_metrics, restore_position, save_checkpoint, truncate_metrics)
+                               fresh_run_dir, load_checkpoint, load_weights_from, loader_positions, lock_run_dir,
+                               provenance, read_metrics, restore_position, save_checkpoint, truncate_metrics)
 from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
@@ -33,8 +33,9 @@ from .tokenizer import Tokenizer, token_bytes
 from .utils import atomic_write_text, check_device, dist_info
 
 # %% auto #0
-__all__ = ['build_optimizer', 'TrainingDiverged', 'progress_line', 'split_loader', 'start_process_group', 'accumulate_gradients',
-           'repeat_warning', 'start_position', 'evaluate', 'train', 'keep_run', 'read_kept']
+__all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
+           'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'evaluate', 'train',
+           'keep_run', 'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
@@ -51,6 +52,23 @@ def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: di
 # %% ../nbs/08c_trainer.ipynb #b5b6a4cc
 class TrainingDiverged(RuntimeError):
     "The training loss became NaN or infinite."
+
+    @classmethod
+    def at(cls, loss: float, step: int, run_dir: Path, saved_step: int | None) -> TrainingDiverged:
+        "The error for `loss` at `step`, naming the last good checkpoint (saved at `saved_step`) if there is one."
+        where = f"the last good checkpoint is {run_dir / 'checkpoint'} (step {saved_step})" \
+            if saved_step is not None else "no checkpoint was saved before it"
+        return cls(f"training loss is {loss} at step {step} of {run_dir}; stopped, {where}")
+
+
+def schedule_span(cfg: TrainConfig, recipe: dict) -> tuple[int, int, int]:
+    "(step taken over, last step, schedule horizon): a continued run counts on, its schedule held where it ended."
+    taken_over = checkpoint_step(Path(cfg.continue_from)) if cfg.continue_from else 0
+    horizon = taken_over or recipe["steps"]
+    if cfg.warmup_steps > horizon:
+        warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than the run's {horizon} steps: the learning "
+                      f"rate ends at {horizon / cfg.warmup_steps:.0%} of its peak and never warms down")
+    return taken_over, taken_over + recipe["steps"], horizon
 
 
 def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds: float, done: int) -> str:
@@ -71,10 +89,20 @@ def split_loader(cfg: TrainConfig, split: str, tokenizer: Tokenizer, loaders: Ca
                        seed=cfg.seed, device=torch.device(cfg.device))
 
 
+def process_group_arguments(device: torch.device) -> dict:
+    "How a rank on `device` joins torchrun's group: NCCL bound to its own GPU on CUDA, gloo elsewhere."
+    if device.type == "cuda":  # bound: barrier, all-reduce and all_gather_object then use this rank's GPU, not cuda:0
+        return dict(backend="nccl", device_id=device, timeout=timedelta(hours=6))
+    return dict(backend="gloo", timeout=timedelta(hours=6))
+
+
 def start_process_group(cfg: TrainConfig, world: int) -> None:
-    "Join torchrun's process group (NCCL on CUDA, gloo elsewhere); refuse what the distributed step cannot do."
+    "Join torchrun's process group, each CUDA rank on its own GPU; refuse what the distributed step cannot do."
+    device = torch.device(cfg.device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo", timeout=timedelta(hours=6))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # this rank's GPU (LOCAL_RANK, `resolve_device`) becomes its current one
+        dist.init_process_group(**process_group_arguments(device))
     if world > 1 and cfg.grad_clip > 0:
         raise ValueError("grad_clip > 0 is not supported under torchrun: MuonAdamW averages gradients inside its "
                          "step, after clipping would have to happen; set grad_clip=0")
@@ -157,6 +185,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     tokenizer = run_tokenizer(cfg)
     recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
     digest = config_hash(cfg, recipe)
+    lock = lock_run_dir(run_dir, "training") if rank == 0 else None  # one writer at a time, until train returns
     resuming = (run_dir / "checkpoint").exists()
     if resuming or (run_dir / "summary.json").exists():
         check_same_run(run_dir, requested, digest)
@@ -164,12 +193,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         log(f"{run_dir} is complete (config hash {digest}); nothing to do")
         return json.loads((run_dir / "summary.json").read_text())
     total_batch, accum = recipe["total_batch_size"], recipe["grad_accum_steps"]
-    # a continued run counts on from the step it took over, with that run's schedule held where it ended
-    taken_over = checkpoint_step(Path(cfg.continue_from)) if cfg.continue_from else 0
-    steps, horizon = taken_over + recipe["steps"], taken_over or recipe["steps"]
-    if cfg.warmup_steps > horizon:
-        warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than the run's {horizon} steps: the learning "
-                      f"rate ends at {horizon / cfg.warmup_steps:.0%} of its peak and never warms down")
+    taken_over, steps, horizon = schedule_span(cfg, recipe)
     log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} (config hash "
         f"{digest}), estimated {plan['estimated_seconds'] / 3600:.2f} h\n{shape_text(cfg.to_dict(), recipe)}\n"
         f"{recipe_table(recipe)}")
@@ -200,18 +224,19 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         # once in a while: evaluate (also at the moment a continued run takes over), score CORE, save
         if last or step == taken_over > 0 or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
             val = split_loader(cfg, "val", tokenizer, loaders)  # the same rows at every evaluation
-            summary["val_bpb"] = evaluate(model, lambda: bits_per_byte(model, val, tb, steps=val_steps), autocast)
+            # through the compiled model, as nanochat evaluates: the same rows, shapes and kernels as training
+            summary["val_bpb"] = evaluate(model, lambda: bits_per_byte(step_model, val, tb, steps=val_steps), autocast)
             record({"step": step, "val_bpb": summary["val_bpb"]})
         if cfg.core_every >= 0 and (last or (cfg.core_every > 0 and step > 0 and step % cfg.core_every == 0)):
-            summary["core"] = evaluate(model, lambda: core_score(model, tokenizer, Path(cfg.core_bundle),
+            summary["core"] = evaluate(model, lambda: core_score(model, tokenizer, Path(cfg.core_bundle), cfg.core_items,
                                                                  device=device)["core"], autocast)
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
-            if rank == 0:  # with the first checkpoint: a run killed before it leaves no directory that looks like a run
+            positions = loader_positions(loader)  # every rank takes part in gathering the positions
+            if rank == 0:  # config.json with the first checkpoint: a run killed before it leaves nothing like a run
                 atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
-            save_checkpoint(run_dir / "checkpoint", model, optimizer,
-                            {"step": step, "loader": loader_positions(loader), "train_time": train_time,
-                             "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
+                save_checkpoint(run_dir / "checkpoint", model, optimizer, {"step": step, "loader": positions,
+                                "train_time": train_time, "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
             saved_step = step
         if last:
             break
@@ -221,9 +246,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         loss_value = accumulate_gradients(step_model, loader, accum, autocast, poison=step == cfg.nan_at_step)
         if not math.isfinite(loss_value):
             bar.close()
-            where = f"the last good checkpoint is {run_dir / 'checkpoint'} (step {saved_step})" \
-                if saved_step is not None else "no checkpoint was saved before it"
-            raise TrainingDiverged(f"training loss is {loss_value} at step {step} of {run_dir}; stopped, {where}")
+            raise TrainingDiverged.at(loss_value, step, run_dir, saved_step)
         schedule = apply_schedule(optimizer, min(step, horizon), horizon, cfg.warmup_steps, cfg.warmdown_ratio,
                                   cfg.final_lr_frac)
         if cfg.grad_clip > 0:
@@ -253,6 +276,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                    flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world)
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+        lock.close()  # the run directory is free again (an early return or an error drops it with the frame)
     return summary
 
 # %% ../nbs/08c_trainer.ipynb #d6afe91e
