@@ -18,6 +18,7 @@ import torch
 from .data import PACKINGS, default_tokenizer, resolve_packing
 from .model import GPT, GPTConfig
 from .routing import RESIDUAL_PRESETS
+from .xsa import ATTENTION_BACKENDS
 from .tokenizer import Tokenizer
 from .utils import KERNEL_IMPLS, check_device, dist_info
 
@@ -46,20 +47,21 @@ class TrainConfig:
     n_head: int = option(-1, "explicit number of heads (also kv heads), -1 for width / head_dim")
     xsa_alpha: float = option(0.0, "XSA strength in [0, 1], 0 means standard attention")
     xsa_layers: str = option("all", "all, last:N, or comma-separated layer indices")
-    xsa_gate: bool = option(False, "learn the XSA strength per (layer, head): xsa_alpha x clamp(gate, 0, 1), gate 0 at start")
+    xsa_gate: bool = option(False, "learned XSA strength per (layer, head): xsa_alpha x clamp(gate, 0, 1), gate 0 at start")
     residual: str = option("standard", "depth routing: " + ", ".join(RESIDUAL_PRESETS))
     block_size: int = option(2, "sublayers per block for the block presets")
     residual_convert: bool = option(False, "routed term behind a zero-initialised gate (to convert a trained model)")
     attn_sink: bool = option(False, "learned per-head attention sink logit")
     kernels: str = option("fused", "XSA, routing and the loss: fused (fast) or plain (autograd through the formula)")
+    attention: str = option(AUTO, "attention kernel: auto is flex (FlexAttention) on a GPU, sdpa on the CPU")
     init_from: str = option("", "a run directory whose final weights start this run, empty for a fresh init")
-    continue_from: str = option("", "a run directory this run continues (weights, optimizer, data, step), empty for none")
+    continue_from: str = option("", "a run directory this run continues (weights, optimizer, data, step), or empty")
     window_pattern: str = option(AUTO, "sliding-window pattern: auto is SSSL on a GPU, L on the CPU")
     seq_len: int | str = option(AUTO, "tokens per row: auto is 2048 on a GPU, 256 on the CPU")
-    packing: str = option(AUTO, "rows from documents: bestfit (nanochat), chunks, auto (chunks for the embedded corpus)")
-    device_batch_size: int | str = option(AUTO, "rows per forward pass per rank: auto is 32 (16 beyond depth 20) on a GPU, 8 on the CPU")
-    total_batch_size: int | str = option(AUTO, "tokens per optimizer step, -1 for nanochat's rule: auto is -1 on a GPU, 8192 on the CPU")
-    steps: int | str = option(AUTO, "optimizer steps, -1 for the target_param_data_ratio horizon: auto is -1 on a GPU, 120 on the CPU")
+    packing: str = option(AUTO, "rows from documents: bestfit (nanochat), chunks, auto (chunks: embedded corpus)")
+    device_batch_size: int | str = option(AUTO, "rows per pass per rank: auto is 32 (16 past depth 20) on a GPU, 8 on the CPU")
+    total_batch_size: int | str = option(AUTO, "tokens per step, -1 for nanochat's rule: auto is -1 on a GPU, 8192 on the CPU")
+    steps: int | str = option(AUTO, "optimizer steps, -1 for the data-ratio horizon: auto is -1 on a GPU, 120 on the CPU")
     target_param_data_ratio: float = option(12.0, "training tokens per scaling parameter when steps is -1")
     matrix_lr: float = option(0.02, "Muon rate at the reference batch 2^19 (scaled by sqrt(batch / 2^19))")
     embedding_lr: float = option(0.3, "AdamW rate of the token embedding, at the reference batch")
@@ -72,21 +74,21 @@ class TrainConfig:
     final_lr_frac: float = option(0.05, "LR at the end, as a fraction of the peak")
     grad_clip: float = option(0.0, "global gradient-norm clip, 0 for off (as nanochat)")
     seed: int = option(0, "model init and training-data order")
-    data_dir: str = option(AUTO, "parquet shards: auto is ClimbMix in ~/.cache/xsa_nb on a GPU, the embedded corpus (empty) on the CPU")
-    tokenizer_path: str = option(AUTO, "tokenizer file: auto is trained on ClimbMix on a GPU, the embedded corpus's (empty) on the CPU")
+    data_dir: str = option(AUTO, "parquet shards: auto is ClimbMix (~/.cache/xsa_nb) on a GPU, the embedded corpus on the CPU")
+    tokenizer_path: str = option(AUTO, "tokenizer file: auto is trained on ClimbMix on a GPU, the embedded corpus's on the CPU")
     run_dir: str = option("", "the run directory, empty for a fresh runs/<date>-<time>-d<depth>")
     device: str = option(AUTO, "auto (this rank's GPU if any), cpu, cuda, cuda:1, ...")
     dtype: str = option(AUTO, "auto (bf16 autocast on CUDA, fp32 on the CPU), float32, bfloat16")
     muon_dtype: str = option(AUTO, "Muon's Newton-Schulz dtype: auto (the compute dtype), float32, bfloat16")
     compile: bool | str = option(AUTO, "torch.compile the model: auto is on for a GPU")
-    eval_every: int | str = option(AUTO, "val bpb every N steps and at the end, -1 for the end only: auto is 250 on a GPU, 50 on the CPU")
+    eval_every: int | str = option(AUTO, "val bpb every N steps and at the end, -1 at the end only: auto is 250 GPU, 50 CPU")
     eval_tokens: int | str = option(AUTO, "validation tokens per evaluation: auto is 80 x 2^19 on a GPU, 32768 on the CPU")
-    core_every: int | str = option(AUTO, "CORE every N steps and at the end, 0 at the end only, -1 never: auto is 2000 on a GPU")
+    core_every: int | str = option(AUTO, "CORE every N steps and at the end, 0 at the end, -1 never: auto is 2000 on a GPU")
     core_bundle: str = option(AUTO, "eval bundle directory for CORE: auto is ~/.cache/xsa_nb/eval_bundle on a GPU")
     core_items: int = option(500, "CORE items per task during training, nanochat's 500 (11_eval scores every item)")
     save_every: int | str = option(AUTO, "checkpoint every N steps and at the end: auto is 1000 on a GPU, 50 on the CPU")
     dry_run: bool = option(False, "print the resolved plan (data, recipe, shape, time) and stop")
-    max_cpu_hours: float = option(2.0, "refuse a CPU run estimated to take longer (hours, as the dry run estimates), 0 for no limit")
+    max_cpu_hours: float = option(2.0, "refuse a CPU run the dry run estimates longer than this (hours), 0 for no limit")
     nan_at_step: int = option(-1, "test hook, make the loss NaN at this step")
 
     def to_dict(self) -> dict:
@@ -161,13 +163,13 @@ def cache_dir() -> Path:
 def device_settings(kind: str) -> dict:
     "What each `auto` setting becomes on a `cuda` device (nanochat's base_train) or elsewhere (a small CPU run)."
     if kind == "cuda":
-        return dict(seq_len=2048, device_batch_size=32, window_pattern="SSSL", total_batch_size=-1, steps=-1,
-                    compile=True, eval_every=250, eval_tokens=80 * 2 ** 19, core_every=2000, save_every=1000,
+        return dict(seq_len=2048, device_batch_size=32, window_pattern="SSSL", attention="flex", total_batch_size=-1,
+                    steps=-1, compile=True, eval_every=250, eval_tokens=80 * 2 ** 19, core_every=2000, save_every=1000,
                     data_dir=str(cache_dir() / "climbmix"), tokenizer_path=str(cache_dir() / "tokenizer.json"),
                     core_bundle=str(cache_dir() / "eval_bundle"))
-    return dict(seq_len=256, device_batch_size=8, window_pattern="L", total_batch_size=8192, steps=120, compile=False,
-                eval_every=50, eval_tokens=32768, core_every=-1, save_every=50, data_dir="", tokenizer_path="",
-                core_bundle="")
+    return dict(seq_len=256, device_batch_size=8, window_pattern="L", attention="sdpa", total_batch_size=8192,
+                steps=120, compile=False, eval_every=50, eval_tokens=32768, core_every=-1, save_every=50, data_dir="",
+                tokenizer_path="", core_bundle="")
 
 
 def resolve_settings(cfg: TrainConfig, device: torch.device | str | None = None) -> TrainConfig:
@@ -210,7 +212,7 @@ def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) ->
     switches = dict(window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
                     xsa_layers=xsa_layer_spec(cfg.xsa_layers), residual=cfg.residual, block_size=cfg.block_size,
                     residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink, xsa_gate=cfg.xsa_gate,
-                    kernels=cfg.kernels)
+                    kernels=cfg.kernels, attention=cfg.attention)
     return GPTConfig.from_depth(depth, sequence_len=cfg.seq_len, vocab_size=vocab_size, **shape, **switches)
 
 # %% ../nbs/08_config.ipynb #7ae2e47d
@@ -247,6 +249,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(isinstance(s.compile, bool), f"compile must be true, false or auto, got {s.compile!r}")
     need(0.0 <= float(s.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {s.xsa_alpha!r}")
     need(s.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {s.residual!r}")
+    need(s.attention in ATTENTION_BACKENDS, f"attention must be one of {ATTENTION_BACKENDS}, got {s.attention!r}")
+    need(not (s.attention == "flex" and s.device == "cpu"),
+         "attention='flex' on the CPU: torch has no FlexAttention backward there, so it cannot train; use sdpa")
     need(s.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {s.target_param_data_ratio!r}")
     for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
         need(getattr(s, name) > 0, f"{name} must be > 0, got {getattr(s, name)!r}")

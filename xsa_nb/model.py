@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .muon import MuonAdamW, check_param_groups
 from .routing import RESIDUAL_PRESETS, DepthRouter, RoutingState
-from .xsa import attend, attention_scores
+from .xsa import ATTENTION_BACKENDS, attend, attention_scores
 from .utils import check_impl, positive_int
 
 # %% auto #0
@@ -43,6 +43,7 @@ class GPTConfig:
     residual_convert: bool = False  # routed term scaled by a zero-init scale: starts exactly as standard
     attn_sink: bool = False  # learned per-head sink logit (an extra key with value zero), zero-initialised
     kernels: str = "fused"  # XSA, routing and the loss: "fused", or "plain" (autograd paths: same model, slower)
+    attention: str = "sdpa"  # the attention kernel: "sdpa" or "flex" (FlexAttention: hidden window blocks skipped)
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "block_size"):
@@ -65,6 +66,8 @@ class GPTConfig:
             raise ValueError(f"residual={self.residual!r}: allowed are {RESIDUAL_PRESETS}")
         self.xsa_layer_ids()  # validates xsa_layers
         check_impl(self.kernels, "kernels")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={self.attention!r}: allowed are {ATTENTION_BACKENDS}")
 
     @classmethod
     def from_depth(cls, depth: int, aspect_ratio: int = 64, head_dim: int = 128, **overrides) -> GPTConfig:
@@ -171,7 +174,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig, layer_idx: int):
         super().__init__()
         self.layer_idx, self.n_head, self.n_kv_head = layer_idx, config.n_head, config.n_kv_head
-        self.impl = config.kernels
+        self.impl, self.backend = config.kernels, config.attention
         self.head_dim = config.head_dim
         d, kv = config.n_embd, config.n_kv_head * config.head_dim
         self.c_q = nn.Linear(d, config.n_head * self.head_dim, bias=False)
@@ -205,7 +208,7 @@ class CausalSelfAttention(nn.Module):
             k, v = kv_cache.update(self.layer_idx, k, v)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, float) else alpha.to(q.dtype)
-        y = attend(q, k, v, alpha, window, self.impl)
+        y = attend(q, k, v, alpha, window, self.impl, self.backend)
         if self.recorder is not None:
             self.recorder(dict(q=q, k=k, v=v, y=y, alpha=alpha, window=window))
         if self.attn_sink is not None:

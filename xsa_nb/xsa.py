@@ -5,6 +5,7 @@
 # %% ../nbs/01_xsa.ipynb #c8a51885
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -13,8 +14,9 @@ from torch import Tensor
 from .utils import check_impl
 
 # %% auto #0
-__all__ = ['xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'attend', 'self_alignment', 'attention_scores',
-           'attention_weights', 'diagonal_attention_mass']
+__all__ = ['ATTENTION_BACKENDS', 'xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'sdpa_attention', 'attend',
+           'flex_block_mask', 'compiled_flex_attention', 'flex_attention_windowed', 'self_alignment',
+           'attention_scores', 'attention_weights', 'diagonal_attention_mass']
 
 # %% ../nbs/01_xsa.ipynb #61cd71d8
 def xsa_plain(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
@@ -141,22 +143,61 @@ def _check_qk(q: Tensor, k: Tensor) -> tuple[int, int]:
     return q.shape[1], k.shape[1]
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window: int = -1,
-           impl: str = "fused") -> Tensor:
-    "Causal (optionally sliding-window) attention of the last Tq positions, then XSA with their own values: (B,Tq,H,D)."
-    _check_window(window)
-    t_q, t_k = _check_qk(q, k)
-    if v.shape != k.shape:
-        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)}")
+ATTENTION_BACKENDS: tuple[str, ...] = ("sdpa", "flex")  # the attention kernels `attend` can call
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, window: int = -1) -> Tensor:
+    "Causal (sliding-window) attention of the last Tq positions with `scaled_dot_product_attention`: (B, H, Tq, D)."
+    t_q, t_k = q.shape[1], k.shape[1]
     cut = 0 <= window < t_k - 1                                  # does the window hide any key from any query?
     mask, causal = None, False
     if t_q == t_k and not cut:
         causal = True
     elif t_q > 1 or cut:
         mask = attention_mask(t_q, t_k, window, device=q.device)
-    y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                       is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
+    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                          is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window: int = -1,
+           impl: str = "fused", backend: str = "sdpa") -> Tensor:
+    "Causal (optionally sliding-window) attention of the last Tq positions, then XSA with their own values: (B,Tq,H,D)."
+    _check_window(window)
+    t_q, t_k = _check_qk(q, k)
+    if v.shape != k.shape:
+        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)}")
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"backend={backend!r}: allowed are {ATTENTION_BACKENDS}")
+    y = flex_attention_windowed(q, k, v, window) if backend == "flex" else sdpa_attention(q, k, v, window)
     return xsa(y.transpose(1, 2).contiguous(), v[:, t_k - t_q:], alpha, impl)
+
+# %% ../nbs/01_xsa.ipynb #1378a2b3
+@functools.lru_cache(maxsize=64)
+def flex_block_mask(t_q: int, t_k: int, window: int, device: str):
+    "FlexAttention's block mask of `attention_mask(t_q, t_k, window)`: the rule by position, hidden blocks skipped."
+    from torch.nn.attention.flex_attention import create_block_mask
+    offset = t_k - t_q  # the queries are the last t_q positions
+
+    def visible(b, h, q_idx, kv_idx):
+        pos = q_idx + offset
+        causal = kv_idx <= pos
+        return causal & (kv_idx >= pos - window) if window >= 0 else causal
+
+    return create_block_mask(visible, B=None, H=None, Q_LEN=t_q, KV_LEN=t_k, device=device)
+
+
+@functools.cache
+def compiled_flex_attention():
+    "`flex_attention`, compiled once (uncompiled it materialises every score)."
+    from torch.nn.attention.flex_attention import flex_attention
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_attention_windowed(q: Tensor, k: Tensor, v: Tensor, window: int = -1) -> Tensor:
+    "Causal (sliding-window) attention of the last Tq positions with FlexAttention: (B, H, Tq, D)."
+    mask = flex_block_mask(q.shape[1], k.shape[1], window, str(q.device))
+    return compiled_flex_attention()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask,
+                                     enable_gqa=q.shape[2] != k.shape[2])
 
 # %% ../nbs/01_xsa.ipynb #d1325392
 def self_alignment(y: Tensor, v: Tensor) -> Tensor:
