@@ -123,3 +123,15 @@ def test_a_second_writer_of_a_run_directory_is_refused(tmp_path):
     third.kill()
     third.wait()
     assert f"training (process {third.pid} " in lock.read_text()  # the killed first's lock was taken over
+
+
+def test_a_run_followed_live_writes_its_wandb_files(tmp_path):
+    """-p wandb_project NAME logs the metrics to Weights & Biases; offline, its files land in the run directory, and
+    metrics.jsonl is written as always."""
+    pytest.importorskip("wandb")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    proc = spawn_train(tmp_path / "run", env=env, steps=3, save_every=-1, wandb_project="xsa_nb-test")
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()[-5000:]
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, sorted(p.name for p in (tmp_path / "run").rglob("*"))
+    assert len(losses(tmp_path / "run")) == 3

@@ -272,7 +272,7 @@ def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) ->
             "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "world_size": world_size}
 
 
-UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "nan_at_step")  # where a run lives; switches that train nothing
+UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "wandb_project", "nan_at_step")  # where, and what trains nothing
 
 
 def config_hash(settings: TrainConfig, recipe: dict) -> str:

@@ -89,6 +89,7 @@ class TrainConfig:
     save_every: int | str = option(AUTO, "checkpoint every N steps and at the end: auto is 1000 on a GPU, 50 on the CPU")
     dry_run: bool = option(False, "print the resolved plan (data, recipe, shape, time) and stop")
     max_cpu_hours: float = option(2.0, "refuse a CPU run the dry run estimates longer than this (hours), 0 for no limit")
+    wandb_project: str = option("", "Weights & Biases project to follow the curves live (pip install wandb), or empty")
     nan_at_step: int = option(-1, "test hook, make the loss NaN at this step")
 
     def to_dict(self) -> dict:

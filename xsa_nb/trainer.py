@@ -34,8 +34,8 @@ from .utils import atomic_write_text, check_device, dist_info
 
 # %% auto #0
 __all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
-           'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'evaluate', 'train',
-           'keep_run', 'read_kept']
+           'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'start_tracking',
+           'metrics_recorder', 'evaluate', 'train', 'keep_run', 'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
@@ -155,6 +155,28 @@ def start_position(cfg: TrainConfig, model: GPT, optimizer, loader, log=print) -
     return 0, 0.0, []
 
 
+def start_tracking(cfg: TrainConfig, recipe: dict):
+    "A Weights & Biases run for `cfg.wandb_project` (its files in the run directory), or None; wandb is optional."
+    if not cfg.wandb_project:
+        return None
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError(f"wandb_project={cfg.wandb_project!r} needs the wandb package: pip install wandb "
+                          "(or pip install 'xsa_nb[wandb]')") from None
+    return wandb.init(project=cfg.wandb_project, name=Path(cfg.run_dir).name, dir=cfg.run_dir,
+                      config=cfg.to_dict() | {"recipe": recipe})
+
+
+def metrics_recorder(run_dir: Path, tracker=None) -> Callable[[dict], None]:
+    "Append each metrics entry to `metrics.jsonl` (the record the report reads) and, if there is one, to the tracker."
+    def record(entry: dict) -> None:
+        append_metrics(run_dir / "metrics.jsonl", entry)
+        if tracker is not None:
+            tracker.log({k: v for k, v in entry.items() if k != "step"}, step=entry["step"])
+    return record
+
+
 def evaluate(model: GPT, fn: Callable, autocast) -> float:
     "`fn()` with `model` in eval mode, without gradients, under the run's autocast."
     model.eval()
@@ -213,7 +235,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     step_model = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     tb = token_bytes(tokenizer).to(device)
-    record = (lambda entry: append_metrics(run_dir / "metrics.jsonl", entry)) if rank == 0 else (lambda entry: None)
+    tracker = start_tracking(cfg, recipe) if rank == 0 else None  # live curves, if asked for
+    record = metrics_recorder(run_dir, tracker) if rank == 0 else (lambda entry: None)
     val_steps = max(1, cfg.eval_tokens // recipe["tokens_per_pass"])
 
     summary = {"val_bpb": None, "core": None}
@@ -276,6 +299,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                    flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world)
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+        if tracker is not None:
+            tracker.finish()
         lock.close()  # the run directory is free again (an early return or an error drops it with the frame)
     return summary
 
