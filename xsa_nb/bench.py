@@ -5,6 +5,7 @@
 # %% ../nbs/13_bench.ipynb #17257f1e
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -21,14 +22,16 @@ from torch import Tensor
 from .model import GPT
 from .muon import orthogonalize
 from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synchronize
+from .recipe import STUDY_SHAPES
+from .xsa import ATTENTION_BACKENDS, attend
 from .trainer import build_optimizer
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info', 'ceilings', 'Shape',
-           'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee',
-           'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing', 'results_markdown',
-           'delta_bounds', 'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_gpu_bench',
-           'profile_step']
+__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'ATTENTION_SHAPES', 'machine_info',
+           'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes', 'Trainee',
+           'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
+           'results_markdown', 'delta_bounds', 'target_checks', 'targets_markdown', 'write_results', 'run_bench',
+           'run_gpu_bench', 'kernel_names', 'attention_check', 'model_step_check', 'profile_step']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -62,17 +65,21 @@ VARIANTS: dict[str, dict] = {
     "delta_block": dict(residual="delta_block"),
     "muon_bf16": dict(muon_dtype="bfloat16"),
     "bf16": dict(dtype="bfloat16"),
+    "sdpa": dict(attention="sdpa"),  # the baseline on SDPA: on a GPU `auto` is FlexAttention, so this is the comparison
 }
 
 
 @dataclass
 class Shape:
-    "One benchmark size: model depth, tokens per row, rows per step, vocabulary."
+    "One benchmark size: model depth, tokens per row, rows per step, vocabulary (and windows, width, heads)."
     name: str
     depth: int
     seq_len: int
     batch: int
     vocab: int
+    window_pattern: str = "L"
+    n_embd: int = -1  # -1: nanochat's width rule
+    n_head: int = -1
 
     @property
     def tokens(self) -> int: return self.seq_len * self.batch
@@ -87,7 +94,8 @@ def bench_config(shape: Shape, variant: str) -> TrainConfig:
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}: allowed are {list(VARIANTS)}")
     return TrainConfig(depth=shape.depth, seq_len=shape.seq_len, device_batch_size=shape.batch,
-                       total_batch_size=shape.tokens, window_pattern="L", **VARIANTS[variant])
+                       total_batch_size=shape.tokens, window_pattern=shape.window_pattern, n_embd=shape.n_embd,
+                       n_head=shape.n_head, **VARIANTS[variant])
 
 
 def bench_model(shape: Shape, variant: str, device: torch.device | str = "cpu") -> GPT:
@@ -455,9 +463,9 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",
                   depths: tuple[int, ...] = (12, 24), batches: dict[int, int] | None = None, seq_len: int = 2048,
-                  vocab: int = 32768, variants: tuple[str, ...] = ("baseline", "xsa", "delta_block"),
+                  vocab: int = 32768, variants: tuple[str, ...] = ("baseline", "sdpa", "xsa", "delta_block"),
                   rounds: int = 5, warmup: int = 2, compile: bool | None = None, time_budget_s: float = 300.0,
-                  muon_batch: int | None = None, log=print) -> dict:
+                  muon_batch: int | None = None, window_pattern: str = "SSSL", log=print) -> dict:
     "d12/d24 step time, tokens/s, MFU (bf16 ceiling), peak memory per variant; write gpu_bench.md/json to `out_dir`."
     start = time.perf_counter()
     device = torch.device(device)
@@ -474,7 +482,8 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
     deadline = start + time_budget_s
     rows = []
     for depth in depths:
-        shape = Shape(f"d{depth}", depth, seq_len, batches.get(depth, 16), vocab)
+        width, heads = STUDY_SHAPES.get(depth, (-1, -1))  # the XSA-under-Muon study's shapes; else nanochat's rule
+        shape = Shape(f"d{depth}", depth, seq_len, batches.get(depth, 16), vocab, window_pattern, width, heads)
         rows += time_variants(shape, list(variants), device, compile, rounds, warmup, None, deadline=deadline, log=log)
         if cuda:
             torch.cuda.empty_cache()
@@ -486,6 +495,79 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
     if out_dir is not None:
         write_results(result, out_dir, "gpu_bench")
     return result
+
+# %% ../nbs/13_bench.ipynb #80033abd
+ATTENTION_SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {  # name: (B, T, H, H_kv, D, window)
+    "d24_S": (16, 2048, 16, 16, 64, 512), "d24_L": (16, 2048, 16, 16, 64, -1)}
+
+
+def kernel_names(fn: Callable[[], object], device: torch.device, top: int = 3) -> list[str]:
+    "The `top` kernels (GPU) or operators (CPU) by own time in one call of `fn`, from torch's profiler."
+    activities = [torch.profiler.ProfilerActivity.CPU] + \
+        ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        fn()
+        synchronize(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
+    return [e.key for e in events[:top]]
+
+
+def attention_check(device: torch.device | str = "cuda", dtype: torch.dtype = torch.bfloat16,
+                    shapes: dict = ATTENTION_SHAPES, backends: tuple[str, ...] = ATTENTION_BACKENDS,
+                    repeats: int = 10, model_shape: Shape | None = None, log=print) -> dict:
+    "Per attention shape and backend: time, difference from SDPA (output, gradients), top kernels; then one model step."
+    device = torch.device(device)
+    backward = device.type == "cuda"  # torch has no FlexAttention backward on the CPU
+    rows = []
+    for name, (b, t, h, h_kv, d, window) in shapes.items():
+        gen = torch.Generator(device).manual_seed(0)
+        q, k, v = (torch.randn(b, t, n, d, device=device, dtype=dtype, generator=gen, requires_grad=backward)
+                   for n in (h, h_kv, h_kv))
+        g = torch.randn(b, t, h, d, device=device, dtype=dtype, generator=gen)
+        def run(backend):
+            out = attend(q, k, v, 0.0, window, backend=backend)
+            grads = torch.autograd.grad(out, (q, k, v), g) if backward else ()
+            return out, grads
+        results = {bk: run(bk) for bk in backends}  # warm-up (and compilation), and the values compared
+        times = {bk: [] for bk in backends}
+        for _ in range(repeats):
+            for bk in backends:
+                synchronize(device)
+                start = time.perf_counter()
+                run(bk)
+                synchronize(device)
+                times[bk].append(time.perf_counter() - start)
+        ref_out, ref_grads = results["sdpa"]
+        for bk in backends:
+            out, grads = results[bk]
+            rows.append(dict(shape=name, backend=bk, window=window, ms=1e3 * statistics.median(times[bk]),
+                             pass_="forward + backward" if backward else "forward",
+                             out_diff=(out - ref_out).abs().max().item(),
+                             grad_diff=max(((a - r).abs().max().item() for a, r in zip(grads, ref_grads)), default=None),
+                             kernels=kernel_names(lambda: run(bk), device)))
+            log(f"{name} {bk}: {rows[-1]['ms']:.2f} ms, output diff {rows[-1]['out_diff']:.2e}")
+    return {"rows": rows, "model_step": model_step_check(device, backends, model_shape, backward)}
+
+
+def model_step_check(device: torch.device, backends: tuple[str, ...], shape: Shape | None = None,
+                     backward: bool = True) -> list[dict]:
+    "One training step (or, without a backward, one forward) of the same GPT on each backend: loss and gradient norm."
+    shape = shape or Shape("d4_sssl", depth=4, seq_len=2048, batch=4, vocab=32768, window_pattern="SSSL")
+    x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(0))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    rows = []
+    for bk in backends:
+        cfg = dataclasses.replace(bench_config(shape, "baseline"), attention=bk)
+        model = build_model(cfg, shape.vocab, device)  # the seed decides the weights: the same on every backend
+        with autocast, torch.set_grad_enabled(backward):
+            loss = model(x.to(device), y.to(device))
+        if backward:
+            loss.backward()
+        norm = torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]).norm().item() \
+            if backward else None
+        rows.append(dict(backend=bk, loss=loss.item(), grad_norm=norm))
+    return rows
 
 # %% ../nbs/13_bench.ipynb #15718f0e
 def profile_step(shape: Shape, variant: str = "baseline", compile: bool = False, rows: int = 15) -> str:
