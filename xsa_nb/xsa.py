@@ -42,7 +42,7 @@ def _check_heads(y: Tensor, v: Tensor) -> tuple[int, int]:
     return h_kv, h // h_kv
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+def _reduction_dtype(dtype: torch.dtype) -> torch.dtype:
     "The dtype the reductions run in: float32 for half types, the input dtype otherwise."
     return torch.promote_types(dtype, torch.float32)
 
@@ -94,7 +94,7 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused") 
             return y
     else:
         raise TypeError(f"alpha must be a float in [0, 1] or a tensor, got {type(alpha).__name__}")
-    ct = _compute_dtype(y.dtype)
+    ct = _reduction_dtype(y.dtype)
     if impl == "plain":
         return xsa_plain(y.to(ct), v.to(ct), alpha).to(y.dtype)
     if isinstance(alpha, Tensor):
@@ -107,7 +107,7 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused") 
 def own_value_cosine(y: Tensor, v: Tensor) -> Tensor:
     "Cosine between each token's output `y` (B,T,H,D) and its own value `v` (B,T,H_kv,D), per query head: (B, T, H)."
     h_kv, group = _check_heads(y, v)
-    ct = _compute_dtype(y.dtype)
+    ct = _reduction_dtype(y.dtype)
     yg = F.normalize(y.to(ct).unflatten(2, (h_kv, group)), dim=-1)
     return (yg * F.normalize(v.to(ct), dim=-1).unsqueeze(3)).sum(-1).flatten(2)
 
@@ -210,7 +210,7 @@ def attention_scores(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
     _check_window(window)
     t_q, t_k = _check_qk(q, k)
     h_kv, group = k.shape[2], q.shape[2] // k.shape[2]
-    ct = _compute_dtype(q.dtype)
+    ct = _reduction_dtype(q.dtype)
     qg = q.to(ct).unflatten(2, (h_kv, group))                                   # (B, Tq, H_kv, G, D)
     scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.to(ct)).flatten(1, 2) / math.sqrt(q.shape[3])
     return scores.masked_fill(~attention_mask(t_q, t_k, window, device=q.device), float("-inf"))
