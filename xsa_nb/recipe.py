@@ -20,8 +20,8 @@ from .tokenizer import Tokenizer, train_tokenizer
 
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
-           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'STUDY_SHAPES', 'scaling_params',
-           'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'STUDY_SHAPES',
+           'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
            'fetch_or_explain', 'prepare_data', 'run_plan', 'shape_text', 'plan_text', 'check_run_length']
 
 # %% ../nbs/08a_recipe.ipynb #a0800004
@@ -96,6 +96,7 @@ TOKENIZER_SHARDS = 8             # shards the tokenizer is trained on (≈ 2e9 c
 PLANNED_CHARS_PER_TOKEN = 4.8    # assumed before a tokenizer exists to measure it
 STATED_PEAK_FLOPS = 989e12       # bf16 dense peak of an H100 / H200 SXM (nanochat's table), for plans without the GPU
 ASSUMED_MFU = 0.4
+RUN_OVERHEAD_SECONDS = 30.0  # start-up and evaluation set-up around a CPU run: 25-32 s measured on the cpu preset
 
 
 def chars_per_token(tokenizer: Tokenizer, data_dir: Path, documents: int = 2000) -> float:
@@ -162,9 +163,13 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
     here = device.type != "cuda" or torch.cuda.is_available()
     peak = matmul_flops(device, getattr(torch, s.dtype)) if here else STATED_PEAK_FLOPS
     flops = recipe["flops_per_token"] * recipe["tokens"]
+    evaluations = (recipe["steps"] // s.eval_every if s.eval_every > 0 else 0) + 1  # and one at the end
+    eval_flops = recipe["flops_per_token"] / 3 * s.eval_tokens * evaluations  # a forward is a third of a step's FLOPs
+    overhead = RUN_OVERHEAD_SECONDS if device.type == "cpu" else 0.0
     return {"settings": s.to_dict(), "recipe": recipe, "data": data, "peak_flops": peak,
             "peak_source": "measured here" if here else "stated (H100 / H200 bf16 dense)", "assumed_mfu": ASSUMED_MFU,
-            "training_flops": flops, "estimated_seconds": flops / (peak * ASSUMED_MFU * world_size)}
+            "training_flops": flops, "eval_flops": eval_flops, "overhead_seconds": overhead,
+            "estimated_seconds": (flops + eval_flops) / (peak * ASSUMED_MFU * world_size) + overhead}
 
 
 STUDY_SHAPES = {12: (768, 12), 24: (1024, 16)}  # the XSA-under-Muon study's d12 and d24: (width, heads of 64)
@@ -196,9 +201,12 @@ def plan_text(plan: dict) -> str:
         lines.append(f"  {d['shards_needed']} training shards needed ({d['chars_per_token']:.2f} characters per token, "
                      f"{d['chars_per_token_source']}); to fetch: {d['shards_to_fetch']} shards, "
                      f"≈ {d['bytes_to_fetch'] / 1e9:.1f} GB; tokenizer to train: {d['tokenizer_to_train']}")
+    overhead = f" + {plan['overhead_seconds']:.0f} s around the run" if plan["overhead_seconds"] else \
+        " (compilation not included)"
     lines += ["recipe:", recipe_table(r),
-              f"time: {plan['training_flops']:.3g} FLOPs at {plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.3g} "
-              f"TFLOP/s ({plan['peak_source']}) ≈ {hours:.2f} h"]
+              f"time: {plan['training_flops']:.3g} training + {plan['eval_flops']:.3g} evaluation FLOPs at "
+              f"{plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.3g} TFLOP/s ({plan['peak_source']}){overhead} "
+              f"≈ {hours:.2f} h"]
     return "\n".join(lines)
 
 
