@@ -32,13 +32,15 @@ sync: install
 	exit $$status
 
 # The default tier (pyproject.toml deselects `slow`): every notebook under nbdev's rules and the fast end-to-end tests,
-# over two workers; then the docs site, built from the notebooks just executed and checked in a browser.
+# over two workers; then the docs site, built from the notebooks just executed and checked in a browser (without a
+# Chromium those checks skip, and the last line says so and how to get one).
 # Two workers on two cores: each runs torch on one thread unless OMP_NUM_THREADS says otherwise (more threads than
 # cores only spin); the tests pass at any thread count.
 test test-slow: export OMP_NUM_THREADS ?= 1
 test: sync
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not site" --durations=15
 	$(BIN)/pytest -m "site and not slow"
+	@$(PY) tests/browser.py
 
 # The slow tier: notebook cells flagged `#| slow` (trained-model claims, full gradchecks, the compiled loss) and the
 # tests marked `slow` (the smoke reproduction, kill-and-resume, torchrun, the slower CLI and papermill checks).

@@ -22,6 +22,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
          "--remote-debugging-pipe"]
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+NO_CHROMIUM = ("The docs site was not checked in a browser: no Chromium found. Install one (Debian or Ubuntu: "
+               "`sudo apt-get install chromium`) or set CHROMIUM to a Chromium or Chrome executable, then run "
+               "`make test` again.")
 
 
 def find_chromium() -> str | None:
@@ -164,3 +167,8 @@ def serve(directory: Path) -> http.server.ThreadingHTTPServer:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(directory)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+if __name__ == "__main__":  # `make test`'s last command: one line where no browser checked the site, else nothing
+    if find_chromium() is None:
+        print(NO_CHROMIUM)

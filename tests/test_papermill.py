@@ -30,6 +30,7 @@ def trained(tmp_path_factory):
     res = papermill("10_train.ipynb", run.parent / "train.ipynb", "-p", "depth", "2", "-p", "steps", "20",
                     "-p", "lr_scale", "32", "-p", "run_dir", str(run), *SMALL)
     assert res.returncode == 0, res.stderr[-5000:]
+    assert "Unable to parse" not in res.stderr, res.stderr  # papermill's parameter parser read every line
     return run
 
 
@@ -53,6 +54,7 @@ def test_loss_decreases(trained):
 def test_eval_notebook_writes_eval_json(trained):
     res = papermill("11_eval.ipynb", trained / "eval.ipynb", "-p", "run_dir", str(trained), "-p", "eval_tokens", "1024")
     assert res.returncode == 0, res.stderr[-5000:]
+    assert "Unable to parse" not in res.stderr, res.stderr
     ev = json.loads((trained / "eval.json").read_text())
     assert 0 < ev["val_bpb"] < 10 and len(ev["attention"]["cos_before"]) == 2
     assert (trained / "attention.png").is_file()
@@ -67,6 +69,27 @@ def test_every_train_option_is_a_parameter_with_its_default_and_help():
     assert len(tagged) == 1, "exactly one cell of 10_train must carry the papermill `parameters` tag"
     assert "".join(tagged[0]["source"]) == parameters_source(), \
         "10_train's parameters cell differs from TrainConfig: paste xsa_nb.config.parameters_source() into it"
+
+
+@pytest.mark.parametrize("notebook", ["10_train.ipynb", "11_eval.ipynb"])
+def test_papermill_reads_every_parameter_line_without_a_warning(notebook, caplog):
+    """papermill's own parser (run on every execution, and by `xsa_nb` to type `-p` values) finds each line of the
+    parameters cell with its default and help, and warns about none: a second `=` on a line (one in a help comment,
+    say) makes it print "Unable to parse line" and drop that parameter."""
+    import ast
+    import logging
+    import papermill as pm
+    nb = json.loads((ROOT / "nbs" / notebook).read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    expected = {}
+    for line in "".join(cell["source"]).splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            (assign,) = ast.parse(line).body
+            expected[assign.targets[0].id] = (ast.get_source_segment(line, assign.value), line.partition("  # ")[2])
+    with caplog.at_level(logging.DEBUG, logger="papermill"):
+        found = pm.inspect_notebook(str(ROOT / "nbs" / notebook))
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert {name: (p["default"], p["help"]) for name, p in found.items()} == expected
 
 
 def test_every_eval_knob_is_a_parameter_with_its_default():

@@ -5,13 +5,16 @@ figures, no table wider than the content column. Screenshots of the landing page
 kept in `_artifacts/screenshots/`."""
 import html
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from xsa_nb.docs import build_site
 
-from browser import Browser, find_chromium, serve
+from browser import NO_CHROMIUM, Browser, find_chromium, serve
 from conftest import NOTEBOOKS, ROOT
 
 pytestmark = [pytest.mark.site, pytest.mark.xdist_group("site")]  # `make test` runs these after the notebooks
@@ -96,13 +99,27 @@ def test_index_links_every_notebook(site):
         assert f'href="{nb.stem}.html"' in html, f"index does not link {nb.stem}"
 
 
+def test_make_test_ends_saying_when_no_browser_checked_the_site(tmp_path):
+    """The site tests skip without a Chromium; `make test`'s last command then prints one line saying the site was not
+    checked in a browser and how to get one, and prints nothing where there is a browser."""
+    browser_py = [sys.executable, str(ROOT / "tests" / "browser.py")]
+    none = subprocess.run(browser_py, env=os.environ | {"CHROMIUM": str(tmp_path / "none")}, capture_output=True, text=True)
+    assert none.returncode == 0 and none.stdout == NO_CHROMIUM + "\n", none
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    found = subprocess.run(browser_py, env=os.environ | {"CHROMIUM": str(fake)}, capture_output=True, text=True)
+    assert found.returncode == 0 and found.stdout == "", found
+    recipe = subprocess.run(["make", "-n", "test"], capture_output=True, text=True, cwd=ROOT)
+    assert recipe.returncode == 0 and recipe.stdout.splitlines()[-1].endswith("python tests/browser.py"), recipe.stdout
+
+
 @pytest.fixture(scope="module")
 def browsed(site):
     "Every page of the site loaded over HTTP in headless Chromium: `{page: facts}`, each with its console errors."
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("no Chromium found (set CHROMIUM, or `apt-get install chromium` as .ci/run does): "
-                    "the docs site was not checked in a browser")
+        pytest.skip(NO_CHROMIUM)
     server = serve(site)
     browser = Browser(chromium)
     try:

@@ -148,6 +148,26 @@ def test_make_targets_exist(workflow, job, target):
     assert res.returncode == 0, f"{workflow}: job {job} calls `make {target}`, which fails: {res.stderr}"
 
 
+def test_exporting_leaves_the_install_stamps_inputs_alone(tmp_path):
+    """`make install` runs again when a file its stamp depends on is newer than the stamp. nbdev_export ends by
+    rewriting pyproject.toml (the same text, a new timestamp) unless settings.ini says `update_pyproject = False`, so
+    each `make test` (whose `make sync` exports) made the next `make reproduce` reinstall the package."""
+    deps = re.search(r"^\$\(STAMP\):(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert "pyproject.toml" in deps and "settings.ini" in deps, deps
+    for name in deps:
+        shutil.copy(ROOT / name, tmp_path / name)
+        os.utime(tmp_path / name, ns=(10**9, 10**9))  # long ago: any write moves it
+    (tmp_path / "xsa_nb").mkdir()
+    (tmp_path / "xsa_nb" / "core.py").write_text("")
+    # what nbdev_export does after writing the modules (nbdev.doclinks.nbdev_export -> nbdev.config.add_init)
+    res = subprocess.run([sys.executable, "-c", "from nbdev.config import add_init; add_init()"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "xsa_nb" / "__init__.py").is_file()  # it did run
+    touched = [name for name in deps if (tmp_path / name).stat().st_mtime_ns != 10**9]
+    assert not touched, f"exporting rewrote {touched}: `make install` would run again"
+
+
 def github_env(workspace: Path, shim: Path, runner_temp: Path, *blocks: dict | None) -> dict[str, str]:
     "The environment GitHub gives a run step: this machine's pip setup, a clean PATH, CI variables, the YAML's env."
     keep = {"HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
