@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+import math
 from functools import reduce
 
 import torch
@@ -17,7 +18,8 @@ from .utils import check_impl, positive_int
 
 # %% auto #0
 __all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route_plain',
-           'route', 'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder']
+           'route', 'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder',
+           'normalised_concentration']
 
 # %% ../nbs/03_routing.ipynb #757057a6
 RMS_EPS: float = torch.finfo(torch.float32).eps  # F.rms_norm's default for fp32
@@ -274,12 +276,23 @@ class RoutingRecorder:
         self.point_weights[point] = weights.detach()
 
     def points(self) -> list[dict]:
-        "Per routing point: layer, site, weights averaged over tokens, mean over tokens of the per-token max weight."
+        "Per routing point: layer, site, sources S, mean weights, and per-token max weight, raw and normalised for S."
         points = []
         for p in sorted(self.point_weights):
             w = self.point_weights[p].double().flatten(1)  # fp64 means: uniform weights stay exactly uniform
             layer, site = (p // 2, ("attn", "mlp")[p % 2]) if p < 2 * self.n_layer else (self.n_layer, "final")
-            points.append({"layer": layer, "site": site, "weights": w.mean(1).float().cpu(),
-                           "max_weight": w.max(0).values.mean().item()})
+            points.append({"layer": layer, "site": site, "n_sources": len(w), "weights": w.mean(1).float().cpu(),
+                           "max_weight": w.max(0).values.mean().item()} | normalised_concentration(w))
         return points
+
+
+def normalised_concentration(w: Tensor) -> dict[str, float | None]:
+    "Means over tokens of (max - 1/S)/(1 - 1/S) and entropy / log S for weights `(S, tokens)`; None when S = 1."
+    s = len(w)
+    if s == 1:
+        return {"concentration": None, "normalised_entropy": None}
+    w = w.double()
+    entropy = -(w * w.clamp_min(1e-300).log()).sum(0)
+    return {"concentration": ((w.max(0).values - 1 / s) / (1 - 1 / s)).mean().item(),
+            "normalised_entropy": (entropy / math.log(s)).mean().item()}
 
