@@ -51,6 +51,7 @@ class TrainConfig:
     residual: str = option("standard", "depth routing: " + ", ".join(RESIDUAL_PRESETS))
     block_size: int = option(2, "sublayers per block for the block presets")
     residual_convert: bool = option(False, "routed term behind a zero-initialised gate (to convert a trained model)")
+    residual_scalars: bool = option(True, "nanochat's resid/x0 lambdas and backout; false: plain residual sum")
     attn_sink: bool = option(False, "learned per-head attention sink logit")
     kernels: str = option("fused", "XSA, routing and the loss: fused (fast) or plain (autograd through the formula)")
     attention: str = option(AUTO, "attention kernel: auto is flex (FlexAttention) on a GPU, sdpa on the CPU")
@@ -213,6 +214,7 @@ def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) ->
     switches = dict(window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
                     xsa_layers=xsa_layer_spec(cfg.xsa_layers), residual=cfg.residual, block_size=cfg.block_size,
                     residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink, xsa_gate=cfg.xsa_gate,
+                    residual_scalars=cfg.residual_scalars,
                     kernels=cfg.kernels, attention=cfg.attention)
     return GPTConfig.from_depth(depth, sequence_len=cfg.seq_len, vocab_size=vocab_size, **shape, **switches)
 

@@ -42,6 +42,7 @@ class GPTConfig:
     block_size: int = 2  # sublayers per block for the *_block presets (2 = one layer)
     residual_convert: bool = False  # routed term scaled by a zero-init scale: starts exactly as standard
     attn_sink: bool = False  # learned per-head sink logit (an extra key with value zero), zero-initialised
+    residual_scalars: bool = True  # nanochat's resid/x0 lambdas and backout on the stream; False: a plain residual sum
     kernels: str = "fused"  # XSA, routing and the loss: "fused", or "plain" (autograd paths: same model, slower)
     attention: str = "sdpa"  # the attention kernel: "sdpa" or "flex" (FlexAttention: hidden window blocks skipped)
 
@@ -403,14 +404,17 @@ class GPT(nn.Module):
         routing = self.router.start(x0)
         x_mid = x
         for i, block in enumerate(self.transformer.h):
-            x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
+            if self.config.residual_scalars:
+                x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
             x = block(x, ve, cos, sin, self.window_sizes[i], kv_cache, self.router, routing)
             if i == L // 2:
                 x_mid = x
         if kv_cache is not None:
             kv_cache.advance(T)
-        x = norm(self.router.read(routing, 2 * L, x - self.backout_lambda * x_mid))
+        if self.config.residual_scalars:
+            x = x - self.backout_lambda * x_mid
+        x = norm(self.router.read(routing, 2 * L, x))
         if targets is None:
             return softcap_logits(x, self.lm_head.weight, self.config.vocab_size)
         return softcap_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size, loss_reduction,
