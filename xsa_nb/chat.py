@@ -626,7 +626,7 @@ _SECCOMP_ARCHES = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58,
 
 
 def fork_guard_filter(machine: str | None = None) -> bytes:
-    "A seccomp program (classic BPF) that lets a process start threads but no process: clone without CLONE_THREAD, fork and vfork fail with EPERM."
+    "A seccomp program (classic BPF): threads may start, processes not (fork, vfork, clone without CLONE_THREAD: EPERM)."
     machine = machine or platform.machine()
     if machine not in _SECCOMP_ARCHES:
         raise ValueError(f"no fork guard for machine {machine!r}; known: {list(_SECCOMP_ARCHES)}")
@@ -668,7 +668,7 @@ def _bwrap_has_size(bwrap: str) -> bool:
 
 
 def sandbox_command(bwrap: str, seccomp_fd: int) -> list[str]:
-    "The bubblewrap prefix: `/` read-only, a private `/tmp` (cwd, HOME), no network, own namespaces, empty environment, the fork guard."
+    "The bubblewrap prefix: `/` read-only, a private `/tmp`, own namespaces (no network), empty environment, fork guard."
     size = ["--size", str(SANDBOX_TMP_BYTES)] if _bwrap_has_size(bwrap) else []
     return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp",
             "--chdir", "/tmp", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
@@ -677,7 +677,7 @@ def sandbox_command(bwrap: str, seccomp_fd: int) -> list[str]:
 
 
 def _execute(program: str, timeout: float, memory_bytes: int, isolated: bool) -> tuple[bool, str]:
-    "Run `program` with `python -I -` (under bubblewrap when `isolated`) and the limits: (exited cleanly, why not / stderr tail)."
+    "Run `program` by `python -I -` with the limits, under bubblewrap if `isolated`: (exited cleanly, why not / stderr tail)."
     limits = partial(_limit_resources, memory_bytes, int(timeout) + 1) if os.name == "posix" else None
     with tempfile.TemporaryDirectory() as tmp, (_fork_guard_fd() if isolated else nullcontext()) as fd:
         command = [sys.executable, "-I", "-"]
@@ -699,7 +699,7 @@ def _execute(program: str, timeout: float, memory_bytes: int, isolated: bool) ->
 
 @cache
 def isolation_problem() -> str | None:
-    "Why model-written code cannot run isolated on this machine, or None: a trivial program ran under the full sandbox (checked once)."
+    "Why model-written code cannot run isolated here, or None: a trivial program ran under the whole sandbox (checked once)."
     if sys.platform != "linux":
         return f"bubblewrap isolates processes on Linux only; this is {sys.platform}"
     if shutil.which("bwrap") is None:
@@ -724,7 +724,7 @@ def code_eval_isolated() -> bool:
 
 
 def run_sandboxed(program: str, timeout: float = 5.0, memory_bytes: int = 256 << 20) -> tuple[bool, str]:
-    "Run `program` isolated (or unisolated where opted in; see `code_eval_isolated`): (exited cleanly, why not / its stderr tail)."
+    "Run `program` isolated (unisolated where opted in: `code_eval_isolated`): (exited cleanly, why not / its stderr tail)."
     return _execute(program, timeout, memory_bytes, code_eval_isolated())
 
 
@@ -818,7 +818,7 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
 
 
 def chatcore(accuracies: dict[str, float | None]) -> float | None:
-    "ChatCORE: the mean over all five tasks of (accuracy - baseline) / (1 - baseline); None if a task was not run (None)."
+    "ChatCORE: the mean over all five tasks of (accuracy - baseline) / (1 - baseline); None if a task was not run."
     missing = [t for t in CHAT_TASKS if t not in accuracies]
     if missing:
         raise ValueError(f"ChatCORE needs all of {list(CHAT_TASKS)}; missing {missing}")
@@ -860,7 +860,7 @@ def chatcore_score(model, tokenizer, chat_dir: Path, max_categorical: int | None
 
 
 def chatcore_table_markdown(result: dict) -> str:
-    "The per-task table of a `chatcore_score` result as Markdown, ChatCORE in the last row; a task not run says so, and why."
+    "The per-task table of a `chatcore_score` result as Markdown, ChatCORE last; a task not run says so, and why."
     def cell(v): return "not run" if v is None else v
     rows = [{"task": r["task"], "kind": r["kind"], "problems": r["problems"], "accuracy": cell(r["accuracy"]),
              "random baseline": r["random_baseline"], "centred": cell(r["centred"])} for r in result["tasks"]]
