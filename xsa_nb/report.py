@@ -516,13 +516,18 @@ def chatcore_rows(preset: Preset, runs: dict) -> list[dict]:
     columns = ["source", "depth", "variant", "seeds", "chatcore", "change_pct", "verdict", *CHAT_TASKS]
     scores = {v: runs[n]["eval"]["chatcore"] for v in ("base", "xsa")
               if (n := run_name(big, f"{v}_sft", seed)) in runs and runs[n]["eval"].get("chatcore")}
-    c = paired_difference({seed: scores["base"]["chatcore"]}, {seed: scores["xsa"]["chatcore"]}, lower_is_better=False) \
-        if len(scores) == 2 else {"change_pct": None, "verdict": "no pair"}
+    if len(scores) < 2:
+        c = {"change_pct": None, "verdict": "no pair"}
+    elif None in (scores["base"]["chatcore"], scores["xsa"]["chatcore"]):  # a task not run (HumanEval without isolation)
+        c = {"change_pct": None, "verdict": "not run"}
+    else:
+        c = paired_difference({seed: scores["base"]["chatcore"]}, {seed: scores["xsa"]["chatcore"]}, lower_is_better=False)
+    cell = lambda v: "not run" if v is None else v  # noqa: E731
     rows = [dict.fromkeys(columns) | {"source": f"ours ({preset.name})", "depth": big, "variant": label, "seeds": 1,
-                                      "chatcore": scores[v]["chatcore"],
+                                      "chatcore": cell(scores[v]["chatcore"]),
                                       "change_pct": c["change_pct"] if v == "xsa" else None,
                                       "verdict": c["verdict"] if v == "xsa" else "reference"}
-            | {t["task"]: t["accuracy"] for t in scores[v]["tasks"]}
+            | {t["task"]: cell(t["accuracy"]) for t in scores[v]["tasks"]}
             for v, label in (("base", "baseline"), ("xsa", "XSA α=1")) if v in scores]
     for size, published in PUBLISHED_CHATCORE.items():
         depth = int(size.lstrip("d"))
@@ -682,7 +687,9 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, "1 (exploratory)") + [
                              "ChatCORE: mean over the five tasks of (accuracy − chance) / (1 − chance); chance 0.25 "
                              "for ARC-Easy, ARC-Challenge and MMLU (letter choice), 0 for GSM8K and HumanEval "
-                             "(generation); the task columns are plain accuracies",
+                             "(generation); the task columns are plain accuracies; \"not run\": HumanEval's "
+                             "model-written code could not run isolated on that machine and nobody opted in "
+                             "(07b_chat), so ChatCORE is not run either",
                              "this preset fine-tunes no chat model" if not p.scale.sft else
                              "at CPU scale, or on the committed sample, the scores sit at chance: a pipeline check"
                              if any(r["summary"]["device"] == "cpu" for r in runs.values()) else
