@@ -110,7 +110,7 @@ def test_make_test_ends_saying_when_no_browser_checked_the_site(tmp_path):
     fake.chmod(0o755)
     found = subprocess.run(browser_py, env=os.environ | {"CHROMIUM": str(fake)}, capture_output=True, text=True)
     assert found.returncode == 0 and found.stdout == "", found
-    recipe = subprocess.run(["make", "-n", "test"], capture_output=True, text=True, cwd=ROOT)
+    recipe = subprocess.run(["make", "-n", "--no-print-directory", "test"], capture_output=True, text=True, cwd=ROOT)
     assert recipe.returncode == 0 and recipe.stdout.splitlines()[-1].endswith("python tests/browser.py"), recipe.stdout
 
 
