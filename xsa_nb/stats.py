@@ -13,15 +13,10 @@ from scipy.stats import nct
 from scipy.stats import t as student_t
 
 # %% auto #0
-__all__ = ['mean_std', 't_interval', 'p_value', 'verdict', 'paired_difference', 'holm_adjusted', 'holm_levels', 't_test_power',
-           'mde_formula', 'min_detectable_effect', 'family_verdicts', 'ratio_interval']
+__all__ = ['t_interval', 'p_value', 'verdict', 'paired_difference', 'holm_adjusted', 'holm_levels', 't_test_power', 'mde_formula',
+           'min_detectable_effect', 'family_verdicts', 'ratio_interval']
 
 # %% ../nbs/12a_stats.ipynb #c097c34c
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    "Mean and sample standard deviation (None with fewer than two values)."
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
 def _check_seeds(n: int) -> None:
     if n < 2:
         raise ValueError(f"n = {n} paired seeds: an interval, a p-value or a power needs at least 2")
