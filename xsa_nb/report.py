@@ -18,25 +18,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .chat import CHAT_TASKS, PUBLISHED_CHATCORE
+from .chat import CHAT_TASKS
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
-from .experiments import PUBLISHED_SHAPES, Preset, Scale, get_preset, run_name, run_status
+from .experiments import Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .checkpoint import read_metrics
+from .published import PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES, PUBLISHED_XSA_MUON
 from .config import TrainConfig, run_tokenizer
 from .stats import family_verdicts, paired_difference, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'PUBLISHED_NOTES', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS',
-           'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES', 'read_run', 'read_runs', 'write_table',
-           'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
-           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows',
-           'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows',
-           'jump_ratios', 'routing_figures', 'chatcore_rows', 'effects_figure', 'report_effects', 'family_members',
-           'apply_family', 'family_note', 'count_references', 'check_one_commit', 'xsa_seeds_note', 'write_report']
+__all__ = ['SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+           'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
+           'published_source', 'run_commits', 'context_notes', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
+           'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity',
+           'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows',
+           'effects_figure', 'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references',
+           'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -73,30 +74,6 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
     md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_")
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
-
-# %% ../nbs/12_report.ipynb #d7f808de
-PUBLISHED_XSA_MUON = [  # depth, val bpb base, val bpb XSA, Base CORE base, Base CORE XSA
-    (12, 0.8484, 0.8457, 0.1602, 0.1508),
-    (24, 0.7193, 0.7171, 0.2593, 0.2606),
-]
-PUBLISHED_DELTA_PPL = {  # size: perplexity per preset
-    "220M": {"standard": 38.71, "attnres": 37.39, "delta_block": 37.08, "delta": 36.83},
-    "1044M": {"standard": 29.70, "attnres": 31.76, "delta_block": 29.19, "delta": 29.13},
-}
-PUBLISHED_NOTES = {  # table: what its published rows are, and what of them compares with ours
-    "xsa_muon": "published rows (theirs): val bpb and Base CORE of d12 (768 wide, 12 heads) and d24 (1024 wide, "
-                "16 heads) models trained on ClimbMix-400B with nanochat's recipe on GPUs, one run per arm, no "
-                "interval; their change_pct is their relative val-bpb change on their data and tokenizer, ours on "
-                "ours: only the direction of a difference compares, never its size",
-    "routing": "published rows (theirs): validation perplexity per token of the Delta paper's 220M- and "
-               "1044M-parameter models on their corpus and tokenizer, one run per arm, no interval; change_of says "
-               "what change_pct changes: their perplexity from their standard residual, our val bpb from ours (a "
-               "relative bpb change r is about r · ln(perplexity) as a perplexity change): only the direction "
-               "compares, never the size",
-    "chatcore": "published rows (theirs): ChatCORE of d24 models (1024 wide, 16 heads) pretrained on ClimbMix-400B "
-                "and fine-tuned by them, one run per arm, no interval; change_pct: their relative ChatCORE change; "
-                "only the direction compares",
-}
 
 # %% ../nbs/12_report.ipynb #66206eab
 def _seeds(runs: dict, depth: int, variant: str, seeds) -> list[dict]:
