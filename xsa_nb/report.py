@@ -25,8 +25,9 @@ from .eval import count_model_bpb, training_counts
 from .experiments import Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .checkpoint import read_metrics
-from .published import PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES, PUBLISHED_XSA_MUON
 from .config import TrainConfig, run_tokenizer
+from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
+                              PUBLISHED_XSA_MUON)
 from .stats import family_verdicts, paired_difference, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
