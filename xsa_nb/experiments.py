@@ -20,13 +20,13 @@ from tqdm.auto import tqdm
 from .chat import chat_sample_dir
 from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig, validate
+from .published import PUBLISHED_SHAPES
 from .recipe import run_plan
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'PUBLISHED_SHAPES', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'QUIET_KERNEL', 'Run', 'Scale', 'Preset',
-           'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_papermill', 'run_status',
-           'without_env', 'train_params', 'torchrun_command', 'run_experiment', 'plan_experiment',
-           'plan_experiment_text']
+__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'QUIET_KERNEL', 'Run', 'Scale', 'Preset', 'run_name',
+           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_papermill', 'run_status', 'without_env',
+           'train_params', 'torchrun_command', 'run_experiment', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -170,8 +170,6 @@ _GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, devic
                  data_dir=f"{CACHE}/climbmix", tokenizer_path=f"{CACHE}/tokenizer.json")
 _GPU_EVAL = dict(core_bundle=f"{CACHE}/eval_bundle", core_max_per_task=500, eval_tokens=10 * 524288, diag_rows=8)
 _GPU_CHAT = dict(chat_dir=f"{CACHE}/chat")  # 14_sft on nanochat's mixture, then ChatCORE on the five test splits
-PUBLISHED_SHAPES = {12: dict(n_embd=768, n_head=12), 24: dict(n_embd=1024, n_head=16)}
-"The shapes of the XSA-under-Muon study's d12 and d24 models (head size 64)."
 ROUTING = ("attnres", "delta_block", "attnres_block", "delta")  # the paper's main pair first
 CONVERSIONS = ("attnres", "delta_block", "delta")  # the Delta paper's conversion arms (standard is the control)
 

@@ -10,34 +10,35 @@ import functools
 import io
 import json
 import math
-import random
 import statistics
 from pathlib import Path
 
 import matplotlib
-from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .chat import CHAT_TASKS, PUBLISHED_CHATCORE
+from .chat import CHAT_TASKS
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
-from .experiments import PUBLISHED_SHAPES, Preset, Scale, get_preset, run_name, run_status
+from .experiments import Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .checkpoint import read_metrics
-from .config import TrainConfig, resolve_settings, run_tokenizer
+from .config import TrainConfig, run_tokenizer
+from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
+                              PUBLISHED_XSA_MUON)
+from .stats import family_verdicts, paired_difference, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'REPORT_FILES',
-           'read_run', 'read_runs', 'mean_std', 'paired_difference', 'write_table', 'val_bpb_by_seed', 'core_result',
-           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'comparison_columns',
-           'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure',
-           'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'routing_figures',
-           'chatcore_rows', 'effects_figure', 'report_effects', 'count_references', 'check_one_commit',
-           'xsa_seeds_note', 'write_report', 'synthetic_runs']
+__all__ = ['SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+           'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
+           'published_source', 'run_commits', 'context_notes', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
+           'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity',
+           'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows',
+           'effects_figure', 'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references',
+           'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -60,33 +61,6 @@ def read_runs(preset: Preset, runs_dir: Path) -> dict[str, dict]:
     runs = {r.name: read_run(Path(runs_dir) / r.name) for r in preset.runs}
     return {k: v for k, v in runs.items() if v is not None}
 
-# %% ../nbs/12_report.ipynb #2bf01934
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    "Mean and sample standard deviation (None with fewer than two values)."
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def paired_difference(base: dict[int, float], variant: dict[int, float], lower_is_better: bool = True,
-                      confidence: float = 0.95) -> dict:
-    "Mean of `variant - base` over the seeds both have, its Student-t interval, and the verdict the interval allows."
-    seeds = sorted(set(base) & set(variant))
-    diffs = [variant[s] - base[s] for s in seeds]
-    out = {"seeds": len(seeds), "base": None, "variant": None, "diff": None, "ci_low": None, "ci_high": None,
-           "change_pct": None, "verdict": "no paired seeds"}
-    if not seeds:
-        return out
-    mean_base, diff = statistics.fmean(base[s] for s in seeds), statistics.fmean(diffs)
-    out.update(base=mean_base, variant=statistics.fmean(variant[s] for s in seeds), diff=diff,
-               change_pct=100 * diff / mean_base if mean_base else None, verdict="exploratory (1 seed)")
-    if len(seeds) > 1:
-        half = stats.t.ppf((1 + confidence) / 2, len(seeds) - 1) * statistics.stdev(diffs) / math.sqrt(len(seeds))
-        out.update(ci_low=diff - half, ci_high=diff + half)
-        if diff - half > 0 or diff + half < 0:
-            out["verdict"] = "better" if (diff < 0) == lower_is_better else "worse"
-        else:
-            out["verdict"] = "not resolved"
-    return out
-
 # %% ../nbs/12_report.ipynb #cbbfcdb3
 def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str]) -> list[Path]:
     "Write `name`.csv and `name`.md (title, notes, table) into `out_dir`; return both paths."
@@ -101,16 +75,6 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
     md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_")
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
-
-# %% ../nbs/12_report.ipynb #d7f808de
-PUBLISHED_XSA_MUON = [  # depth, val bpb base, val bpb XSA, Base CORE base, Base CORE XSA
-    (12, 0.8484, 0.8457, 0.1602, 0.1508),
-    (24, 0.7193, 0.7171, 0.2593, 0.2606),
-]
-PUBLISHED_DELTA_PPL = {  # size: perplexity per preset
-    "220M": {"standard": 38.71, "attnres": 37.39, "delta_block": 37.08, "delta": 36.83},
-    "1044M": {"standard": 29.70, "attnres": 31.76, "delta_block": 29.19, "delta": 29.13},
-}
 
 # %% ../nbs/12_report.ipynb #66206eab
 def _seeds(runs: dict, depth: int, variant: str, seeds) -> list[dict]:
@@ -173,9 +137,10 @@ def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
 
 
 def comparison_columns(c: dict) -> dict:
-    "The columns a paired comparison contributes to a row."
-    return {"seeds": c["seeds"], "change_pct": c["change_pct"], "diff": c["diff"], "ci95_low": c["ci_low"],
-            "ci95_high": c["ci_high"], "verdict": c["verdict"]}
+    "The columns a paired comparison contributes to a row: its own 95 % interval until `apply_family` widens it."
+    return {"seeds": c["seeds"], "change_pct": c["change_pct"], "diff": c["diff"], "sd_diff": c["sd"],
+            "ci_low": c["ci_low"], "ci_high": c["ci_high"], "level": c["level"], "p_holm": None,
+            "verdict": c["verdict"], "mde": None}
 
 
 def reference_rows(references: dict, depth_key: str, depth_value, columns: list[str]) -> list[dict]:
@@ -194,8 +159,8 @@ def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
     "Study 1 rows: ours per depth and variant (paired over seeds), the count references, then the published ones."
     s, rows = preset.scale, []
     offline = offline_core_tasks(runs)
-    columns = ["source", "depth", "variant", "seeds", "val_bpb", "change_pct", "diff", "ci95_low", "ci95_high",
-               "verdict", "core"] + ([f"core_{offline}_offline"] if offline else [])
+    columns = ["source", "depth", "variant", "seeds", "val_bpb", "change_pct", "diff", "sd_diff", "ci_low", "ci_high",
+               "level", "p_holm", "verdict", "mde", "core"] + ([f"core_{offline}_offline"] if offline else [])
     has_core = bool(s.eval.get("core_bundle"))
     for depth in s.depths:
         base = val_bpb_by_seed(runs, depth, "base", s.seeds)
@@ -314,7 +279,7 @@ SWEEP_AXES = {"size": "parameters (millions)", "sequence length": "sequence leng
 
 
 def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
-    "Gain of XSA vs each sweep the preset has (95 % intervals where there are seeds), then the sink panel, in one PNG."
+    "Gain of XSA vs each sweep the preset has (family-corrected intervals where there are seeds), then the sink panel, in one PNG."
     sweeps = [s for s in SWEEP_AXES if any(r["sweep"] == s for r in rows)]
     fig, axes = plt.subplots(1, len(sweeps) + 1, figsize=(5 * len(sweeps) + 4, 3.8), squeeze=False,
                              gridspec_kw={"width_ratios": [1] * len(sweeps) + [0.7]})
@@ -323,8 +288,8 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
         xs = [r["params"] / 1e6 if sweep == "size" else float(r["setting"].split("=")[-1].lstrip("×")) for r in pts]
         ax.plot(xs, [r["change_pct"] for r in pts], "o-", color="C3", label="XSA vs baseline")
         for x, r in zip(xs, pts):
-            if r["ci95_low"] is not None:
-                lo, hi = (100 * r[k] / r["base_val_bpb"] for k in ("ci95_low", "ci95_high"))
+            if r["ci_low"] is not None:
+                lo, hi = (100 * r[k] / r["base_val_bpb"] for k in ("ci_low", "ci_high"))
                 ax.errorbar([x], [r["change_pct"]], yerr=[[r["change_pct"] - lo], [hi - r["change_pct"]]],
                             color="C3", capsize=3)
         ax.axhline(0, color="grey", lw=0.8)
@@ -334,7 +299,7 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
             ax.minorticks_off()
         ax.set(xlabel=xlabel, ylabel="val bpb change (%), < 0: XSA better", title=f"XSA gain vs {sweep}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, title="bars: 95 % paired interval (≥ 2 seeds)", title_fontsize=7)
+        ax.legend(fontsize=7, title="bars: paired interval, Holm level (≥ 2 seeds)", title_fontsize=7)
     sink = [r for r in rows if r["sweep"] == "sink baseline"]
     ax = axes[0][-1]
     if len(sink) == 2:
@@ -369,9 +334,9 @@ def perplexity(val_bpb: float, bytes_per_token: float) -> float:
 def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
     "Study 3 rows: ours per depth and preset (paired with standard over seeds), references, published perplexities."
     s, rows = preset.scale, []
-    columns = ["source", "size", "residual", "seeds", "val_bpb", "perplexity", "change_pct", "diff", "ci95_low",
-               "ci95_high", "verdict", "max_weight_final_read", "max_weight_mean", "adjacent_source_cos",
-               "router_sources"]
+    columns = ["source", "size", "residual", "seeds", "val_bpb", "perplexity", "change_of", "change_pct", "diff",
+               "sd_diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde", "max_weight_final_read",
+               "max_weight_mean", "adjacent_source_cos", "router_sources"]
     for depth in s.routing_depths:
         standard = val_bpb_by_seed(runs, depth, "base", s.routing_seeds)  # the seeds the routed rows pair with
         if not standard:
@@ -393,16 +358,19 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
             maxw = [p["max_weight"] for p in routed_points(routing)]
             src = routing.get("sources", {}).get(SOURCE_STATS[PRESET_SWITCHES[name][0]], {})
             rows.append({"source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name,
-                         "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), **comparison_columns(c),
+                         "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), "change_of": "val bpb",
+                         **comparison_columns(c),
                          "max_weight_final_read": maxw[-1] if maxw else None,
                          "max_weight_mean": statistics.fmean(maxw) if maxw else None,
                          "adjacent_source_cos": src.get("mean_adjacent_cosine"), "router_sources": src.get("n_sources")})
         rows += [r | {"perplexity": ppl(r["val_bpb"])} for r in reference_rows(ref, "size", f"d{depth}", columns)]
     for size, published in PUBLISHED_DELTA_PPL.items():
         for name, p in published.items():
+            change = 100 * (p / published["standard"] - 1) if name != "standard" else None
             rows.append(dict.fromkeys(columns) | {"source": f"published (theirs; {size} parameters)", "size": size,
-                                                  "residual": name,
-                                                  "perplexity": p, "verdict": "as published"})
+                                                  "residual": name, "perplexity": p, "change_pct": change,
+                                                  "change_of": "perplexity" if change is not None else None,
+                                                  "verdict": "as published"})
     return rows
 
 
@@ -427,12 +395,34 @@ def conversion_rows(preset: Preset, runs: dict) -> list[dict]:
             continue
         jump, after = paired_difference(v["before"], v["at"]), paired_difference(control["after"], v["after"])
         rows.append({"converted_to": target, "seeds": jump["seeds"], "val_before": jump["base"],
-                     "at_conversion": jump["variant"], "jump": jump["diff"], "jump_low": jump["ci_low"],
-                     "jump_high": jump["ci_high"], "jump_verdict": jump["verdict"].replace("worse", "jumps"),
-                     f"after_{s.convert_steps}_steps": statistics.fmean(v["after"].values()), "vs_control": after["diff"],
-                     "ci95_low": after["ci_low"], "ci95_high": after["ci_high"],
-                     "verdict": "control" if target == "standard" else after["verdict"]})
+                     "at_conversion": jump["variant"], "jump": jump["diff"], "jump_sd": jump["sd"],
+                     "jump_low": jump["ci_low"], "jump_high": jump["ci_high"], "jump_level": jump["level"],
+                     "jump_p_holm": None, "jump_verdict": jump["verdict"].replace("worse", "jumps"), "jump_mde": None,
+                     f"after_{s.convert_steps}_steps": statistics.fmean(v["after"].values()),
+                     "control_seeds": after["seeds"], "vs_control": after["diff"], "sd_diff": after["sd"],
+                     "ci_low": after["ci_low"], "ci_high": after["ci_high"], "level": after["level"], "p_holm": None,
+                     "verdict": "control" if target == "standard" else after["verdict"], "mde": None})
     return rows
+
+
+def jump_ratios(preset: Preset, runs: dict, numerator: str = "attnres") -> list[str]:
+    "`numerator`'s jump at conversion over each other arm's (nonzero), paired over seeds, with Fieller's 95 % interval."
+    jumps = {}
+    for target in preset.scale.convert_to:
+        v = conversion_points(preset, runs, target)
+        jumps[target] = {s: v["at"][s] - v["before"][s] for s in v["at"]}
+    out = []
+    for target in (t for t in jumps if t != numerator and numerator in jumps):
+        if len(set(jumps[numerator]) & set(jumps[target])) < 2:
+            continue
+        r = ratio_interval(jumps[numerator], jumps[target])
+        if r["ratio"] is None:  # a mean jump of exactly 0: no ratio
+            continue
+        bounds = f"[{r['low']:.3g}, {r['high']:.3g}]" if r["low"] is not None else \
+            "unbounded (the denominator's 95 % interval contains 0)"
+        out.append(f"{numerator}'s jump / {target}'s jump: {r['ratio']:.3g}, 95 % Fieller interval {bounds}, "
+                   f"{r['seeds']} paired seeds (`12a_stats`; a ratio of two estimates, not a verdict)")
+    return out
 
 
 def routing_figures(preset: Preset, runs: dict, out_dir: Path) -> list[Path]:
@@ -569,13 +559,63 @@ def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) 
 def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
     "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
     pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
-    out = [(f"d{r['depth']} {r['variant']} − baseline", pick(r, "diff", "ci95_low", "ci95_high", "verdict"))
+    out = [(f"d{r['depth']} {r['variant']} − baseline", pick(r, "diff", "ci_low", "ci_high", "verdict"))
            for r in muon if r["source"].startswith("ours") and r["variant"] != "baseline"]
-    out += [(f"{r['size']} {r['residual']} − standard", pick(r, "diff", "ci95_low", "ci95_high", "verdict"))
+    out += [(f"{r['size']} {r['residual']} − standard", pick(r, "diff", "ci_low", "ci_high", "verdict"))
             for r in routing if r["source"].startswith("ours") and r["residual"] != "standard"]
     out += [(f"converted to {r['converted_to']}: jump at conversion", pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
             for r in conversion if r["converted_to"] != "standard"]
     return out
+
+# %% ../nbs/12_report.ipynb #fa111002
+FAMILY_ALPHA = 0.05
+"The chance of any false verdict in the report's family (Holm)."
+COMPARISON = {k: k for k in ("seeds", "diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde")} | {"sd": "sd_diff"}
+"A row's columns for its comparison: `family_verdicts`' names → the table's."
+JUMP = {"seeds": "seeds", "diff": "jump", "sd": "jump_sd", "ci_low": "jump_low", "ci_high": "jump_high",
+        "level": "jump_level", "p_holm": "jump_p_holm", "verdict": "jump_verdict", "mde": "jump_mde"}
+VS_CONTROL = COMPARISON | {"seeds": "control_seeds", "diff": "vs_control"}
+
+
+def family_members(muon: list[dict], sweep: list[dict], routing: list[dict],
+                   conversion: list[dict]) -> list[tuple[str, dict, dict]]:
+    "The report's comparisons with two seeds or more, the XSA headline first: (label, row, the row's columns for it)."
+    ours = lambda rows: [r for r in rows if r["source"].startswith("ours")]
+    members = [(f"d{r['depth']} {r['variant']} − baseline", r, COMPARISON) for r in ours(muon) if r["variant"] != "baseline"]
+    members += [(f"{r['setting']} XSA α=1 − baseline" if r["sweep"] == "size" else f"{r['sweep']} {r['setting']}", r,
+                 COMPARISON) for r in sweep]
+    members += [(f"{r['size']} {r['residual']} − standard", r, COMPARISON)
+                for r in ours(routing) if r["residual"] != "standard"]
+    for r in (r for r in conversion if r["converted_to"] != "standard"):
+        members += [(f"converted to {r['converted_to']}: jump at conversion", r, JUMP),
+                    (f"converted to {r['converted_to']}: vs control after continued training", r, VS_CONTROL)]
+    return [(label, row, cols) for label, row, cols in members if (row[cols["seeds"]] or 0) >= 2]
+
+
+def apply_family(members: list[tuple[str, dict, dict]], alpha: float = FAMILY_ALPHA) -> list[str]:
+    "Holm over the members (one per label), each row's interval, level, p_holm, verdict and mde rewritten; the labels."
+    unique = dict((label, (row, cols)) for label, row, cols in reversed(members))  # the first row of a label counts
+    labels = [label for label in dict.fromkeys(label for label, _, _ in members)]
+    results = dict(zip(labels, family_verdicts([{k: unique[l][0][unique[l][1][k]] for k in ("seeds", "diff", "sd")}
+                                                for l in labels], alpha)))
+    for label, row, cols in members:
+        row.update({cols[k]: v for k, v in results[label].items()})
+        if cols is JUMP:
+            row[cols["verdict"]] = row[cols["verdict"]].replace("worse", "jumps")
+    return labels
+
+
+def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
+    "The line each table states the family and its statistics in."
+    family = "; ".join(labels) if labels else "none yet (no comparison has two seeds)"
+    return (f"diff: mean over paired seeds of (variant − reference) val bpb, sd_diff its SD over seeds. Family of "
+            f"{len(labels)} comparisons (every one with ≥ 2 seeds in this report; the XSA headline, first, is the "
+            f"primary): {family}. Holm's correction holds the chance of any false verdict at {alpha:.0%}: "
+            "ci_low/ci_high is the paired Student-t interval at level `level` (1 − Holm's threshold of its rank), "
+            f"p_holm the adjusted p-value; better / worse only when that interval excludes 0 (p_holm ≤ {alpha:g}); "
+            "mde (not resolved rows): the true difference its seeds would resolve with 80 % probability at its level, "
+            "from sd_diff (exact noncentral t; ≈ (t_{1−α/2,n−1} + t_{0.8,n−1}) · sd_diff / √n); "
+            "'exploratory (1 seed)': one seed, not in the family")
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_sweeps.md", "xsa_sweeps.csv",
@@ -642,18 +682,17 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
         n = offline_core_tasks(runs)
         core_note = (f"core: CORE on the whole {len(CORE_TASKS)}-task bundle, as published; core_{n}_offline: CORE-{n}, "
                      "offline bundle (`xsa_nb data eval-bundle`), not comparable with published CORE")
-    verdict_note = ("diff: mean over seeds of (variant − baseline) val bpb; ci95: paired Student-t 95 % interval; "
-                    "verdict better / worse only when the interval excludes 0, 'exploratory (1 seed)' with one seed")
+    muon, sweep, routing = (f(p, runs, references) for f in (xsa_muon_rows, xsa_sweep_rows, routing_rows))
+    conversion, chat = conversion_rows(p, runs), chatcore_rows(p, runs)
+    verdict_note = family_note(apply_family(family_members(muon, sweep, routing, conversion)))
     units = (f"val_bpb: bits per byte on {p.scale.eval.get('eval_tokens', 0):,} validation tokens; reference rows: "
              "count models from the training split scored on the same validation rows (no training)")
     speed_note = "speed: see the benchmark (`13_bench`); run logs on a shared machine measure its load"
-    muon, routing = xsa_muon_rows(p, runs, references), routing_rows(p, runs, references)
     files = write_table(muon, out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
-                        notes + [core_note, units, verdict_note, speed_note])
+                        notes + [core_note, units, verdict_note, PUBLISHED_NOTES["xsa_muon"], speed_note])
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
-    sweep = xsa_sweep_rows(p, runs, references)
     swept = list(dict.fromkeys(r["sweep"] for r in sweep if r["sweep"] != "sink baseline"))
     title = "XSA paper: " + "; ".join((["gain vs " + ", ".join(swept)] if swept else []) + ["sinks"])
     files += write_table(sweep, out_dir, "xsa_sweeps", title,
@@ -668,8 +707,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "perplexity: per token on the validation rows, exp(val_bpb · ln 2 · bytes per token); "
                              "tokenizer and corpus differ from theirs, so only the order of the rows compares",
                              "memory: router sources kept per token (activation memory grows with it); bytes in the "
-                             "benchmark", verdict_note])
-    conversion = conversion_rows(p, runs)
+                             "benchmark", verdict_note, PUBLISHED_NOTES["routing"]])
     files += write_table(conversion, out_dir, "routing_conversion",
                          "Converting a trained baseline: the jump at conversion and after continued training",
                          context_notes(p, runs, f"{len(p.scale.convert_seeds)} (each seed's baseline is converted)") + [
@@ -679,11 +717,13 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "baseline's schedule ended on, for every arm",
                              "val bpb on the same validation rows: val_before is the baseline's last evaluation, "
                              "at_conversion the converted model before any update; jump = at_conversion − "
-                             "val_before, with its paired 95 % interval (jumps: the interval is above 0); "
-                             "standard is the control (its jump is 0 up to floating-point reproducibility)",
+                             "val_before, with its paired interval at its family level (jump_level; jumps: the "
+                             "interval is above 0); standard is the control (its jump is 0 up to floating-point "
+                             "reproducibility; not in the family)",
                              f"after_{p.scale.convert_steps}_steps: val bpb at the end; vs_control: paired difference "
-                             "from the standard arm, with its interval and verdict"])
-    files += write_table(chatcore_rows(p, runs), out_dir, "chatcore", "Chat models: ChatCORE after fine-tuning",
+                             "from the standard arm over control_seeds, with its interval and verdict", verdict_note]
+                         + jump_ratios(p, runs))
+    files += write_table(chat, out_dir, "chatcore", "Chat models: ChatCORE after fine-tuning",
                          context_notes(p, runs, "1 (exploratory)") + [
                              "ChatCORE: mean over the five tasks of (accuracy − chance) / (1 − chance); chance 0.25 "
                              "for ARC-Easy, ARC-Challenge and MMLU (letter choice), 0 for GSM8K and HumanEval "
@@ -693,10 +733,11 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "this preset fine-tunes no chat model" if not p.scale.sft else
                              "at CPU scale, or on the committed sample, the scores sit at chance: a pipeline check"
                              if any(r["summary"]["device"] == "cpu" for r in runs.values()) else
-                             f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}"])
+                             f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}",
+                             PUBLISHED_NOTES["chatcore"]])
     files += routing_figures(p, runs, out_dir)
     files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
-                                f"Paired comparisons ({p.name} preset): mean and 95 % interval"))
+                                f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
     index = [f"# Results: `{p.name}` preset\n", f"{len(runs)} of {len(p.runs)} runs complete.\n",
              "![effects](effects.png)\n"]
     for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
@@ -706,40 +747,3 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     atomic_write_text(out_dir / "index.md", "\n".join(index))
     files.append(out_dir / "index.md")
     return files
-
-# %% ../nbs/12_report.ipynb #97c2e60e
-def synthetic_runs(preset: Preset, runs_dir: Path, seed: int = 0, commit: str = "0" * 40) -> None:
-    "Write a fake complete run directory for every run of `preset` (for testing the report)."
-    rng = random.Random(seed)
-    by_name = {r.name: r for r in preset.runs}
-    for run in preset.runs:
-        d = Path(runs_dir) / run.name
-        d.mkdir(parents=True, exist_ok=True)
-        trained = by_name[run.after] if run.kind == "sft" else run  # a chat model has its base run's architecture
-        cfg = resolve_settings(TrainConfig(**trained.train), "cpu").to_dict() | {"run_dir": str(d)}
-        (d / "config.json").write_text(json.dumps(cfg))
-        steps, tokens = cfg["steps"], cfg["seq_len"] * cfg["device_batch_size"]
-        start = by_name[run.after].train["steps"] if run.after and run.kind == "train" else 0  # continued runs
-        train = [{"step": i, "loss": 8 * math.exp(-i / 20) + 3 + rng.gauss(0, 0.05), "tokens": (i + 1) * tokens,
-                  "tok_per_s": 1000 + rng.gauss(0, 20)} for i in range(start, start + steps)]
-        val = [{"step": i, "val_bpb": 2.5 + math.exp(-i / 20) + rng.gauss(0, 0.01)}
-               for i in range(start, start + steps + 1, max(1, steps // 4))]
-        (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in sorted(train + val, key=lambda m: m["step"])))
-        (d / "summary.json").write_text(json.dumps({"steps": steps, "tokens": steps * tokens, "device": "cpu",
-                                                    "params": {"total": 1_000_000 * cfg["depth"]}, "commits": [commit],
-                                                    "provenance": {"commit": commit, "dirty": False}}))
-        L = cfg["depth"]
-        ev = {"val_bpb": 2.5 + rng.gauss(0, 0.02), "attention": {
-            "cos_before": [0.2 + 0.1 * i for i in range(L)],
-            "cos_after": [0.0] * L if cfg["xsa_alpha"] == 1 else [0.2 + 0.1 * i for i in range(L)],
-            "diagonal_mass": [0.3] * L}}
-        if cfg["residual"] != "standard":
-            points = [{"layer": i, "site": site, "weights": [1 / (2 * i + k + 1)] * (2 * i + k + 1), "max_weight": 0.5}
-                      for i in range(L) for k, site in enumerate(("attn", "mlp"))]
-            ev["routing"] = {"max_weight_by_layer": [0.5] * (L + 1), "points": points,
-                             "sources": {k: {"n_sources": 2 * L + 1, "mean_adjacent_cosine": 0.3}
-                                         for k in ("states", "deltas", "blocks")}}
-        if run.kind == "sft":
-            tasks = [{"task": t, "accuracy": rng.uniform(0, 0.5)} for t in CHAT_TASKS]
-            ev["chatcore"] = {"chatcore": rng.uniform(-0.1, 0.1), "tasks": tasks}
-        (d / "eval.json").write_text(json.dumps(ev))
