@@ -229,7 +229,7 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
               title=f"d{depth}: validation, baseline vs XSA")
         b.set_xticks(range(depth))
         b.set(xlabel="layer (0 = nearest the input)", ylabel="mean over tokens and heads",
-              title=f"d{depth}: XSA removes the self-value component")
+              title=f"d{depth}: self-alignment before XSA's projection (after it: 0 by construction)")
         b.axhline(0, color="grey", lw=0.5)
         for ax in (a, b):
             ax.grid(alpha=0.3)
