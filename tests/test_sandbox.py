@@ -4,10 +4,12 @@ subprocess starts, the parent's environment is invisible, an endless loop ends a
 fork loop fail while the machine stays usable. Without isolation, HumanEval is refused unless the user opts in."""
 import os
 import platform
+import sys
 import socket
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +145,19 @@ def test_opt_in_runs_without_isolation(no_bwrap, monkeypatch, humaneval):
     monkeypatch.setenv(UNSAFE_CODE_EVAL_ENV, "yes")  # only the documented value opts in
     with pytest.raises(CodeEvalRefused):
         run_sandboxed("pass")
+
+
+def test_a_python_under_tmp_is_mounted_back(isolated, monkeypatch):
+    """A clone under /tmp runs its virtual environment's Python, which the private /tmp would hide: it is mounted back
+    read-only (without that, the program cannot start and every isolated test here would fail or skip)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        env = Path(d) / "env"
+        (env / "bin").mkdir(parents=True)
+        (env / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+        monkeypatch.setattr(sys, "executable", str(env / "bin" / "python"))
+        monkeypatch.setattr(sys, "prefix", str(env))
+        assert os.path.realpath(env) in chat.python_under_tmp()
+        assert run_sandboxed("print(1)") == (True, "")
+        monkeypatch.setattr(chat, "python_under_tmp", lambda: [])
+        ok, err = run_sandboxed("print(1)")
+        assert not ok and err, err

