@@ -232,7 +232,7 @@ class DepthRouter(nn.Module):
             return h + out
         state.partial = out if state.partial is None else state.partial + out
         state.in_block += 1
-        if state.in_block == self.block_size:  # the block is complete: its sum is h_end - h_start
+        if state.in_block == self.block_size:  # complete: the sum of what it added (h_end - h_start in a plain sum)
             state.values.append(state.partial)
             state.scales.append(inv_rms(state.partial))
             state.partial, state.in_block = None, 0
