@@ -11,7 +11,7 @@ LAYERS = [
     ("helpers", {"utils"}),
     ("mechanisms", {"xsa", "muon", "routing"}),
     ("model", {"model"}),
-    ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat"}),
+    ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat_data", "chat_eval"}),
     ("training", {"config", "recipe", "checkpoint", "trainer"}),
     ("studies", {"experiments", "report", "stats", "published"}),
     ("tooling", {"bench", "docs", "cli"}),

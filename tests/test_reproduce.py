@@ -77,7 +77,7 @@ def test_table_numbers_come_from_run_directories(repo):
     assert abs(float(conv["standard"]["jump"])) < 1e-9  # the control continues the very same weights
     chat = {r["variant"]: r for r in rows(out / "chatcore.csv") if r["source"] == "ours (smoke)"}
     scored = json.loads((runs / "d2_xsa_sft_s0" / "eval.json").read_text())["chatcore"]
-    if scored["chatcore"] is None:  # HumanEval refused where this machine cannot isolate it (07b_chat)
+    if scored["chatcore"] is None:  # HumanEval refused where this machine cannot isolate it (07b_chat_eval)
         assert chat["XSA α=1"]["chatcore"] == "not run" and scored["not_run"], (chat["XSA α=1"], scored)
     else:
         assert float(chat["XSA α=1"]["chatcore"]) == scored["chatcore"]

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from xsa_nb import chat
-from xsa_nb.chat import (UNSAFE_CODE_EVAL_ENV, CodeEvalRefused, Conversations, chat_accuracy, chat_sample_dir,
-                         humaneval_passes, isolation_problem, run_sandboxed)
+from xsa_nb import chat_eval
+from xsa_nb.chat_data import Conversations, chat_sample_dir
+from xsa_nb.chat_eval import (UNSAFE_CODE_EVAL_ENV, CodeEvalRefused, chat_accuracy, humaneval_passes,
+                              isolation_problem, run_sandboxed)
 
 
 @pytest.fixture()
@@ -99,7 +100,7 @@ def test_memory_hog_is_contained(isolated):
     # the private /tmp is memory too: sized where bubblewrap can (--size), and each file at most 16 MiB
     program = "for i in range(64):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * (15 << 20))"
     ok, err = run_sandboxed(program)
-    if chat._bwrap_has_size(chat.shutil.which("bwrap")):
+    if chat_eval._bwrap_has_size(chat_eval.shutil.which("bwrap")):
         assert not ok and "No space left on device" in err, err
 
 
@@ -139,7 +140,7 @@ def test_without_isolation_humaneval_is_refused_before_generation(no_bwrap, huma
 
 def test_opt_in_runs_without_isolation(no_bwrap, monkeypatch, humaneval):
     monkeypatch.setenv(UNSAFE_CODE_EVAL_ENV, "1")
-    assert chat.code_eval_isolated() is False
+    assert chat_eval.code_eval_isolated() is False
     assert humaneval_passes(humaneval["add"], "def add(a, b):\n    return a + b")
     assert not humaneval_passes(humaneval["add"], "def add(a, b):\n    return a - b")
     monkeypatch.setenv(UNSAFE_CODE_EVAL_ENV, "yes")  # only the documented value opts in
@@ -156,8 +157,8 @@ def test_a_python_under_tmp_is_mounted_back(isolated, monkeypatch):
         (env / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
         monkeypatch.setattr(sys, "executable", str(env / "bin" / "python"))
         monkeypatch.setattr(sys, "prefix", str(env))
-        assert os.path.realpath(env) in chat.python_under_tmp()
+        assert os.path.realpath(env) in chat_eval.python_under_tmp()
         assert run_sandboxed("print(1)") == (True, "")
-        monkeypatch.setattr(chat, "python_under_tmp", lambda: [])
+        monkeypatch.setattr(chat_eval, "python_under_tmp", lambda: [])
         ok, err = run_sandboxed("print(1)")
         assert not ok and err, err

@@ -67,7 +67,7 @@ def test_sft_then_chatcore_under_papermill(base_run):
 
 @pytest.mark.slow
 def test_interrupted_sft_resumes_exactly(base_run, tmp_path):
-    from xsa_nb.chat import chat_sample_dir, sft_loaders, sft_mixture
+    from xsa_nb.chat_data import chat_sample_dir, sft_loaders, sft_mixture
     from xsa_nb.data import default_tokenizer
     from xsa_nb.config import TrainConfig
     from xsa_nb.trainer import TrainingDiverged, train

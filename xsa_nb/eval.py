@@ -155,7 +155,7 @@ class EvalConfig:
     eval_tokens: int = 65536         # validation tokens for bits per byte
     diag_rows: int = 4               # validation rows for the diagnostics
     device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
-    chat_dir: str = ""               # chat-task data directory (xsa_nb.chat layout) for ChatCORE; "" to skip
+    chat_dir: str = ""               # chat-task data directory (xsa_nb.chat_data layout) for ChatCORE; "" to skip
 
 
 def validate_eval_config(cfg: EvalConfig) -> EvalConfig:

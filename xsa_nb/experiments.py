@@ -17,7 +17,7 @@ from pathlib import Path
 from nbdev.config import get_config
 from tqdm.auto import tqdm
 
-from .chat import chat_sample_dir
+from .chat_data import chat_sample_dir
 from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig, validate
 from .published import PUBLISHED_SHAPES

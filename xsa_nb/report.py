@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .chat import CHAT_TASKS
+from .chat_data import CHAT_TASKS
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
@@ -729,7 +729,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "for ARC-Easy, ARC-Challenge and MMLU (letter choice), 0 for GSM8K and HumanEval "
                              "(generation); the task columns are plain accuracies; \"not run\": HumanEval's "
                              "model-written code could not run isolated on that machine and nobody opted in "
-                             "(07b_chat), so ChatCORE is not run either",
+                             "(07b_chat_eval), so ChatCORE is not run either",
                              "this preset fine-tunes no chat model" if not p.scale.sft else
                              "at CPU scale, or on the committed sample, the scores sit at chance: a pipeline check"
                              if any(r["summary"]["device"] == "cpu" for r in runs.values()) else
