@@ -122,7 +122,7 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
     with without_env("IN_TEST"):
         run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
-                  {"preset": preset, "root": str(root)}, cwd=root)
+                      {"preset": preset, "root": str(root)}, cwd=root)
     out = root / "docs" / "results" / preset
     log(f"report written into {out} ({time.time() - start:.0f} s in all)")
     return [out / name for name in REPORT_FILES]
