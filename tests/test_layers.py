@@ -13,8 +13,8 @@ LAYERS = [
     ("model", {"model"}),
     ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat_data", "chat_eval"}),
     ("training", {"config", "recipe", "checkpoint", "trainer"}),
-    ("studies", {"experiments", "report", "stats", "published"}),
-    ("tooling", {"bench", "docs", "cli"}),
+    ("studies", {"experiments", "runner", "report", "stats", "published"}),
+    ("tooling", {"bench", "docs", "params", "cli"}),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 MODULES = sorted(p.stem for p in (ROOT / "xsa_nb").glob("*.py") if p.stem not in ("__init__", "_modidx"))

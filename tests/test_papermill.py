@@ -93,7 +93,7 @@ def test_papermill_reads_every_parameter_line_without_a_warning(notebook, caplog
 
 
 def test_every_eval_knob_is_a_parameter_with_its_default():
-    from xsa_nb.cli import notebook_params
+    from xsa_nb.params import notebook_params
     from xsa_nb.eval import EvalConfig
     import dataclasses
     params = notebook_params(ROOT / "nbs" / "11_eval.ipynb")

@@ -6,58 +6,25 @@
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import difflib
 import json
 import signal
 import sys
-import time
-import typing
 from pathlib import Path
 
 from nbdev.config import get_config
 
-import xsa_nb
 from . import bench, data, docs
+from .checkpoint import convert_checkpoint
 from .core_eval import build_eval_bundle
-from .eval import EvalConfig, validate_eval_config
-from .experiments import (PRESETS, get_preset, plan_experiment, plan_experiment_text, run_experiment,
-                                run_papermill, without_env)
+from .experiments import PRESETS
+from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
+from .runner import reproduce, run_papermill
 from .tokenizer import train_tokenizer
-from .checkpoint import check_same_settings, convert_checkpoint
-from .config import TrainConfig, validate
 from .trainer import train
-from .utils import check_device
+from .utils import repo_root
 
 # %% auto #0
-__all__ = ['reproduce', 'run_data_command', 'resolve_type', 'parse_params', 'convert_param', 'check_params',
-           'notebook_parameters', 'notebook_params', 'fresh_run_dir', 'repo_root', 'checked_train_params',
-           'checked_eval_params', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'main']
-
-# %% ../nbs/90_cli.ipynb #ea6994d1
-def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,
-              log=print) -> list[Path]:
-    """Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files.
-    `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or writing anything."""
-    from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only this command pays their import
-
-    get_preset(preset)
-    root = Path(root or get_config().config_path)
-    if dry_run:
-        log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
-        return []
-    start = time.time()
-    run_experiment(preset, root, nproc=nproc, log=log)
-    log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
-    with without_env("IN_TEST"):
-        run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
-                           {"preset": preset, "root": str(root)}, cwd=root)
-    out = root / "docs" / "results" / preset
-    if preset == "cpu":  # the README shows the cpu headline table
-        docs.sync_readme(root)
-    log(f"report written into {out} ({time.time() - start:.0f} s in all)")
-    return [out / name for name in REPORT_FILES]
+__all__ = ['run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #e63f6c89
 def _add_data_parser(sub) -> None:
@@ -110,145 +77,7 @@ def run_data_command(args: argparse.Namespace, log=print) -> None:
                 meta = data.check_shard(p).metadata
                 log(f"{split:5} {p}: {meta.num_rows} documents in {meta.num_row_groups} row groups")
 
-# %% ../nbs/90_cli.ipynb #485ce80c
-def resolve_type(value: str):
-    "A `-p` value typed as papermill's command line types it: True, False, None, an int, a float, else the text."
-    if value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[value]
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
-def parse_params(pairs: list[list[str]] | None) -> dict:
-    "`{key: value}` from repeated `-p KEY VALUE` options, each value typed by `resolve_type`."
-    return {k: resolve_type(v) for k, v in (pairs or [])}
-
-# %% ../nbs/90_cli.ipynb #904a4f07
-def _as_bool(v) -> bool:
-    if isinstance(v, str) and v.lower() in ("true", "false"):
-        return v.lower() == "true"
-    if not isinstance(v, bool):
-        raise ValueError(v)
-    return v
-
-
-def _as_int(v) -> int:
-    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
-        raise ValueError(v)
-    return int(v)
-
-
-def _as_float(v) -> float:
-    if isinstance(v, bool) or v is None:
-        raise ValueError(v)
-    return float(v)
-
-
-def _as_str(v) -> str:
-    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-        raise ValueError(v)
-    return str(v)
-
-
-_READERS = {bool: (_as_bool, "True or False"), int: (_as_int, "an integer"), float: (_as_float, "a number"),
-            str: (_as_str, "text")}
-
-
-def convert_param(name: str, value, kind: type):
-    "`value` of parameter `name` read as `kind` (bool, int, float, str, or one of them | str for 'auto'; others pass)."
-    options = typing.get_args(kind)
-    if len(options) == 2 and str in options:  # a setting that may be "auto"
-        if value == "auto":
-            return value
-        kind = next(o for o in options if o is not str)
-    if kind not in _READERS:
-        return value
-    read, expected = _READERS[kind]
-    expected += " (or auto)" if options else ""
-    try:
-        return read(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: could not read {value!r} as {expected}") from None
-
-
-def check_params(params: dict, config: type) -> dict:
-    "`params` read as the field types of dataclass `config`; unknown names refused, naming the closest valid one."
-    names = [f.name for f in dataclasses.fields(config)]
-    unknown = [k for k in params if k not in names]
-    if unknown:
-        said = [f"{k!r}" + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(k, names, n=1))
-                for k in unknown]
-        raise ValueError(f"unknown parameter{'s' * (len(unknown) > 1)} {', '.join(said)}; "
-                         f"the parameters are: {', '.join(names)}")
-    types = typing.get_type_hints(config)
-    return {k: convert_param(k, v, types[k]) for k, v in params.items()}
-
-# %% ../nbs/90_cli.ipynb #a87e25ee
-_INJECTABLE = (bool, int, float, str, list, dict, type(None))
-
-
-def notebook_parameters(namespace: dict) -> dict:
-    "The parameters in a notebook's namespace (`globals()`): public names bound to values papermill can inject."
-    return {k: v for k, v in namespace.items() if isinstance(v, _INJECTABLE) and k not in ("In", "Out")
-            and not k.startswith(("_", "PAPERMILL_"))}
-
-
-def notebook_params(path: Path) -> dict[str, dict]:
-    "The parameters cell of notebook `path` as papermill reads it: `{name: {'default', 'source', 'help'}}`."
-    import papermill as pm
-    return {name: {"default": ast.literal_eval(p["default"]), "source": p["default"], "help": p["help"]}
-            for name, p in pm.inspect_notebook(str(path)).items()}
-
 # %% ../nbs/90_cli.ipynb #a2325a85
-def fresh_run_dir(depth: int, runs: Path = Path("runs")) -> Path:
-    "A run directory not used yet: `runs/<date>-<time>-d<depth>`, with `-2`, `-3`, ... if that name is taken."
-    path = base = Path(runs) / time.strftime(f"%Y%m%d-%H%M%S-d{depth}")
-    n = 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
-def repo_root() -> Path:
-    "The source checkout the package is installed from: `train` and `eval` run its notebooks, from any directory."
-    return Path(xsa_nb.__file__).resolve().parents[1]
-
-
-def _defaults(notebook: str, root: Path) -> dict:
-    "The default value of every parameter of `nbs/<notebook>`."
-    return {name: p["default"] for name, p in notebook_params(root / "nbs" / notebook).items()}
-
-
-def checked_train_params(params: dict, root: Path, direct: bool = False) -> tuple[dict, TrainConfig]:
-    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated: `(knobs, config)`."
-    knobs = check_params(params, TrainConfig)
-    if direct and not knobs.get("run_dir"):
-        raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
-    defaults = {} if direct else _defaults("10_train.ipynb", root)
-    if not knobs.get("run_dir"):
-        knobs["run_dir"] = str(fresh_run_dir(knobs.get("depth", defaults.get("depth"))))
-    cfg = validate(TrainConfig(**(defaults | knobs)))
-    if not cfg.dry_run:  # a plan may name a device this machine lacks, and writes nothing
-        check_device(cfg.device)
-        check_same_settings(cfg.run_dir, cfg)
-    return knobs, cfg
-
-
-def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
-    "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise ValueError."
-    if params.get("run_dir", str(run_dir)) != str(run_dir):
-        raise ValueError(f"run_dir given twice: {str(run_dir)!r} (the argument) and {params['run_dir']!r} (-p run_dir); "
-                         "give it once, as the argument")
-    knobs = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
-    validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | knobs)))
-    return knobs
-
-
 def eval_results(ev: dict) -> str:
     "The numbers of an `eval.json`, as lines for the terminal."
     rounded = lambda xs: "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"  # noqa: E731
@@ -399,4 +228,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     elif args.command == "reproduce":
         reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run)
+        if args.preset == "cpu" and not args.dry_run:  # the README shows the cpu headline table
+            docs.sync_readme()
     return 0
