@@ -27,11 +27,11 @@ from .xsa import ATTENTION_BACKENDS, attend
 from .trainer import build_optimizer
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'ATTENTION_SHAPES', 'machine_info',
-           'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes', 'Trainee',
-           'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
+__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'CPU_STUDY', 'ATTENTION_SHAPES',
+           'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes',
+           'Trainee', 'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
            'results_markdown', 'delta_bounds', 'target_checks', 'targets_markdown', 'write_results', 'run_bench',
-           'run_gpu_bench', 'kernel_names', 'attention_check', 'model_step_check', 'profile_step']
+           'run_dtype_bench', 'run_gpu_bench', 'kernel_names', 'attention_check', 'model_step_check', 'profile_step']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -431,7 +431,7 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               compiled_variants: dict[str, list[str]] | None = None,
               muon_shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, muon_batch: int = 2,
               compile_budget_s: float = 240.0, focus_rounds: int = 9, ceiling_n: int | None = None,
-              log=print) -> dict:
+              stem: str = "bench", log=print) -> dict:
     """Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`.
     `ceiling_n` is the side of the ceilings' square products (default: `matmul_flops`'s)."""
     every = {shape.name: list(VARIANTS) for shape in shapes}
@@ -457,8 +457,19 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
     result["muon"] = muon_timing(muon_shapes, muon_batch, device)
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if out_dir is not None:
-        write_results(result, out_dir, "bench")
+        write_results(result, out_dir, stem)
     return result
+
+# %% ../nbs/13_bench.ipynb #b1f60a02
+CPU_STUDY = Shape("cpu_study", depth=2, seq_len=256, batch=8, vocab=4096)  # the cpu preset's micro-step
+
+
+def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = CPU_STUDY, rounds: int = 9,
+                    compiled: bool = True, log=print) -> dict:
+    "fp32 against bf16 autocast and against Muon in bf16 at `shape`, eager (and compiled): `bench_cpu_dtype.md`."
+    variants = {shape.name: ["baseline", "bf16", "muon_bf16"]}
+    return run_bench(out_dir, rounds, (shape,), variants, variants if compiled else {}, muon_shapes={},
+                     focus_rounds=0, stem="bench_cpu_dtype", log=log)
 
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",
