@@ -144,7 +144,11 @@ def study_runs(s: Scale) -> list[Run]:
 
 
 def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
-    "A preset whose runs are `study_runs(scale)`, each training configuration validated."
+    "A preset whose runs are `study_runs(scale)`, each training configuration validated, all on one validation set."
+    if scale.base.get("eval_tokens") != scale.eval.get("eval_tokens"):
+        raise ValueError(f"preset {name!r}: training validates on eval_tokens={scale.base.get('eval_tokens')!r} but the "
+                         f"evaluation on {scale.eval.get('eval_tokens')!r}; every number of a report needs one "
+                         "validation set: give both the same eval_tokens")
     runs = tuple(study_runs(scale))
     for r in runs:
         if r.kind == "train":
@@ -153,7 +157,7 @@ def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
 
 # %% ../nbs/09_experiments.ipynb #0e07fe1e
 CACHE = "~/.cache/xsa_nb"
-_CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=4.0, eval_every=32, eval_tokens=32768, save_every=-1,
+_CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=4.0, eval_every=32, eval_tokens=65536, save_every=-1,
                  device="cpu", device_batch_size=8)  # the learning curve's point (below): d2 at 1 M tokens, lr × 4
 _GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, device="cuda", compile=True, head_dim=64,
                  eval_every=250, eval_tokens=10 * 524288, save_every=1000,
