@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = dsub.add_parser("build", help="build the static site into docs/_build/html")
     b.add_argument("--out", type=Path, default=None, help="output directory")
     b.add_argument("--no-execute", action="store_true", help="render the notebooks without executing them")
+    b.add_argument("--pipeline-checks", action="store_true", help="also publish the smoke / gpu-smoke reports")
     r = dsub.add_parser("readme", help="write README.md from nbs/00_index.ipynb")
     r.add_argument("--check", action="store_true", help="only check that README.md is in step")
     e = dsub.add_parser("execute", help="execute one notebook under nbdev's test rules, keeping outputs")
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "docs":
         if args.docs_command == "build":
-            print(docs.build_site(out=args.out, execute=not args.no_execute))
+            print(docs.build_site(out=args.out, execute=not args.no_execute, pipeline_checks=args.pipeline_checks))
         elif args.docs_command == "readme":
             ok = docs.sync_readme(check=args.check)
             if not ok:

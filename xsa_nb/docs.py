@@ -20,12 +20,13 @@ import yaml
 from execnb.nbio import nb2str, read_nb
 from nbdev.config import get_config
 
+from .experiments import PIPELINE_CHECKS
 from .utils import atomic_write_text
 
 # %% auto #0
 __all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
            'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy',
-           'run_cli', 'build_site']
+           'run_cli', 'copy_results', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -231,7 +232,18 @@ def run_cli(args: list[str]) -> None:
     subprocess.run([sys.executable, "-c", code, *args], check=True)
 
 
-def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True, log=print) -> Path:
+def copy_results(results: Path, dest: Path, pipeline_checks: bool = False) -> list[str]:
+    "Copy `results` to `dest` as site pages (each report's index.md, top-level pages); return the page names."
+    ignore = None if pipeline_checks else shutil.ignore_patterns(*PIPELINE_CHECKS)
+    shutil.copytree(results, dest, ignore=ignore)
+    for md in dest.rglob("*.md"):
+        if md.name != "index.md" and md.parent != dest:
+            md.unlink()
+    return sorted(str(p.relative_to(dest.parent).with_suffix("")) for p in dest.rglob("*.md"))
+
+
+def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True, pipeline_checks: bool = False,
+               log=print) -> Path:
     "Build the static docs site from the notebooks into `out` (default `docs/_build/html`); return its index.html."
     from nbdev.serve import proc_nbs
 
@@ -266,14 +278,9 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
             page["cells"].append({"cell_type": "markdown", "id": "toctree", "metadata": {}, "source": "{toctree}"})
         (src_dir / f"{name}.ipynb").write_text(json.dumps(page, indent=1), encoding="utf-8")
         pages.append(name)
-    results = root / "docs" / "results"
-    if results.exists():  # one page per report (its index.md holds every table and figure) and the benchmark page
-        shutil.copytree(results, src_dir / "results")
-        for md in (src_dir / "results").rglob("*.md"):
-            if md.name != "index.md" and md.parent != src_dir / "results":
-                md.unlink()
+    results = root / "docs" / "results"  # a page per report (its index.md) and the benchmark pages; smoke if asked
     toc = [p for p in pages if p != "index"]
-    toc += sorted(str(p.relative_to(src_dir).with_suffix("")) for p in (src_dir / "results").rglob("*.md"))
+    toc += copy_results(results, src_dir / "results", pipeline_checks) if results.exists() else []
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))
     index["cells"][-1]["source"] = "```{toctree}\n:maxdepth: 1\n:caption: Notebooks\n\n" + "\n".join(toc) + "\n```"
     (src_dir / "index.ipynb").write_text(json.dumps(index, indent=1), encoding="utf-8")

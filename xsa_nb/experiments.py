@@ -14,8 +14,8 @@ from .published import PUBLISHED_SHAPES
 from .recipe import run_plan
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs',
-           'make_preset', 'gpu_study', 'get_preset', 'run_status', 'train_params', 'plan_experiment',
+__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PIPELINE_CHECKS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
+           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'train_params', 'plan_experiment',
            'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
@@ -178,6 +178,7 @@ def gpu_study(name: str, depths: tuple[int, int], size_depths: tuple[int, ...], 
         "GPU node (8×H100 class), bf16")
 
 
+PIPELINE_CHECKS = ("smoke", "gpu-smoke")  # presets that check the pipeline: their numbers are not results
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     make_preset("smoke", Scale(
         depths=(1, 2), size_depths=(1, 2), seq_lens=(64,), lr_scales=(1.0,), seeds=(0,), last_n=0,

@@ -22,7 +22,7 @@ from .chat_data import CHAT_TASKS
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
-from .experiments import Preset, Scale, get_preset, run_name, run_status
+from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .checkpoint import read_metrics
 from .config import TrainConfig, run_tokenizer
@@ -33,12 +33,12 @@ from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
 __all__ = ['SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
-           'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
-           'published_source', 'run_commits', 'context_notes', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
-           'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity',
-           'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows',
-           'effects_figure', 'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references',
-           'check_one_commit', 'xsa_seeds_note', 'write_report']
+           'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result',
+           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'comparison_columns',
+           'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure',
+           'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios',
+           'routing_figures', 'chatcore_rows', 'effects_figure', 'report_effects', 'family_members', 'apply_family',
+           'family_note', 'count_references', 'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -665,6 +665,11 @@ def xsa_seeds_note(s: Scale) -> str:
     return ", ".join(parts)
 
 
+PIPELINE_CHECK_BANNER = ("> **A pipeline check, not results.** The `{name}` preset trains tiny models for a few steps so "
+                         "that every stage of the studies runs and writes its files; its numbers say nothing about XSA, "
+                         "Muon or depth routing.\n")
+
+
 def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixed_commits: bool = False) -> list[Path]:
     "Every table and figure of `preset` from the run directories in `runs_dir`, written into `out_dir`."
     p = get_preset(preset) if isinstance(preset, str) else preset
@@ -738,7 +743,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     files += routing_figures(p, runs, out_dir)
     files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
-    index = [f"# Results: `{p.name}` preset\n", f"{len(runs)} of {len(p.runs)} runs complete.\n",
+    banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
+    index = [f"# Results: `{p.name}` preset\n", *banner, f"{len(runs)} of {len(p.runs)} runs complete.\n",
              "![effects](effects.png)\n"]
     for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
