@@ -431,14 +431,14 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
               compiled_variants: dict[str, list[str]] | None = None,
               muon_shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, muon_batch: int = 2,
               compile_budget_s: float = 240.0, focus_rounds: int = 9, ceiling_n: int | None = None,
-              stem: str = "bench", log=print) -> dict:
+              stem: str = "bench", title: str = "CPU benchmark", log=print) -> dict:
     """Measure the CPU benchmark (ceilings, interleaved steps eager and compiled, Muon); write bench.md/json to `out_dir`.
     `ceiling_n` is the side of the ceilings' square products (default: `matmul_flops`'s)."""
     every = {shape.name: list(VARIANTS) for shape in shapes}
     eager_variants = every if eager_variants is None else eager_variants
     compiled_variants = every if compiled_variants is None else compiled_variants
     device = torch.device("cpu")
-    result = dict(title="CPU benchmark", machine=machine_info(device), mfu_ceiling="fp32")
+    result = dict(title=title, machine=machine_info(device), mfu_ceiling="fp32")
     result["ceilings_gflops"] = ceilings(device, ceiling_n)
     log(f"ceilings {result['ceilings_gflops']}")
     rows = []
@@ -469,7 +469,8 @@ def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = 
     "fp32 against bf16 autocast and against Muon in bf16 at `shape`, eager (and compiled): `bench_cpu_dtype.md`."
     variants = {shape.name: ["baseline", "bf16", "muon_bf16"]}
     return run_bench(out_dir, rounds, (shape,), variants, variants if compiled else {}, muon_shapes={},
-                     focus_rounds=0, stem="bench_cpu_dtype", log=log)
+                     focus_rounds=0, stem="bench_cpu_dtype", title="CPU benchmark: bfloat16 at the cpu preset's shape",
+                     log=log)
 
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",

@@ -118,13 +118,11 @@ def one_thread() -> Iterator[None]:
 
 # %% ../nbs/00a_utils.ipynb #2f790874
 def table_cell(v) -> str:
-    "One value as a table cell: floats to at most 4 decimals (4 significant digits below 1e-3), None or NaN as '–'."
+    "One value as a table cell: floats to 4 decimals below 10, 2 below 100, whole above (never an exponent); None or NaN '–'."
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, float):
-        if abs(v) >= 100:
-            return f"{v:.0f}"
-        return f"{v:.4g}" if abs(v) < 1e-3 else f"{v:.4f}".rstrip("0").rstrip(".")
+        return f"{v:.{4 if abs(v) < 10 else 2 if abs(v) < 100 else 0}f}"
     return str(v)
 
 
