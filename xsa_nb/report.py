@@ -32,13 +32,14 @@ from .stats import family_verdicts, paired_difference, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
-           'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result',
-           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'comparison_columns',
-           'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure', 'xsa_sweep_rows', 'xsa_sweep_figure',
-           'routed_points', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios',
-           'routing_figures', 'chatcore_rows', 'effects_figure', 'report_effects', 'family_members', 'apply_family',
-           'family_note', 'count_references', 'check_one_commit', 'xsa_seeds_note', 'write_report']
+__all__ = ['XSA_DIAGNOSTICS', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
+           'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
+           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
+           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure',
+           'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows',
+           'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows', 'effects_figure',
+           'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references', 'check_one_commit',
+           'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -240,6 +241,29 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+# %% ../nbs/12_report.ipynb #d1a60002
+XSA_DIAGNOSTICS = {"cos_before": "cos(y, v) before the projection", "cos_before_centred": "cos(y, v) before, centred",
+                   "diagonal_mass": "diagonal attention mass a_ii"}
+
+
+def xsa_diagnostic_rows(preset: Preset, runs: dict) -> list[dict]:
+    "Baseline vs XSA α=1 per attention diagnostic (mean over layers), paired over the seeds of each depth."
+    s, rows = preset.scale, []
+    for depth in s.depths:
+        for key, label in XSA_DIAGNOSTICS.items():
+            arms = [{k: statistics.fmean(r["eval"]["attention"][key]) for k in s.seeds
+                     if (r := runs.get(run_name(depth, v, k))) and key in r["eval"].get("attention", {})}
+                    for v in ("base", "xsa")]
+            c = paired_difference(*arms)
+            if c["seeds"]:
+                low, high = c["ci_low"], c["ci_high"]
+                direction = ("exploratory (1 seed)" if low is None else "higher" if low > 0 else
+                             "lower" if high < 0 else "not resolved")
+                rows.append({"depth": depth, "diagnostic": label, "seeds": c["seeds"], "baseline": c["base"],
+                             "xsa": c["variant"], "diff": c["diff"], "ci_low": low, "ci_high": high,
+                             "direction": direction})
+    return rows
 
 # %% ../nbs/12_report.ipynb #b24bdea7
 def xsa_sweep_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
@@ -618,7 +642,8 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             "'exploratory (1 seed)': one seed, not in the family")
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
-REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_sweeps.md", "xsa_sweeps.csv",
+REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_diagnostics.md", "xsa_diagnostics.csv",
+                "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_conversion.md", "routing_conversion.csv",
                 "routing_max_weight.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
                 "effects.png", "index.md")
@@ -698,6 +723,11 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
+    files += write_table(xsa_diagnostic_rows(p, runs), out_dir, "xsa_diagnostics", "XSA's attention diagnostics over the seeds",
+                         ["each diagnostic: its mean over layers on the evaluation's validation rows (`07c_diagnostics`)",
+                          "diff: XSA α=1 − baseline, paired over seeds, with its 95 % interval; descriptions of the trained "
+                          "models, outside the family of quality comparisons; at initialisation both arms are one model "
+                          "and every difference is 0"])
     swept = list(dict.fromkeys(r["sweep"] for r in sweep if r["sweep"] != "sink baseline"))
     title = "XSA paper: " + "; ".join((["gain vs " + ", ".join(swept)] if swept else []) + ["sinks"])
     files += write_table(sweep, out_dir, "xsa_sweeps", title,
@@ -746,7 +776,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
     index = [f"# Results: `{p.name}` preset\n", *banner, f"{len(runs)} of {len(p.runs)} runs complete.\n",
              "![effects](effects.png)\n"]
-    for name in ("xsa_muon", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
+    for name in ("xsa_muon", "xsa_diagnostics", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
     for png in ("xsa_muon", "xsa_sweeps", "routing_max_weight", "routing_heatmaps", "routing_conversion"):
         index.append(f"![{png}]({png}.png)\n")
