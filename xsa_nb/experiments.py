@@ -190,7 +190,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         chat_eval=dict(chat_dir=str(chat_sample_dir()))), "CPU (any)"),
     make_preset("cpu", Scale(
         depths=(2,), size_depths=(2,), seq_lens=(256, 512), lr_scales=(4.0,), seeds=(0, 1, 2, 3, 4), last_n=0,
-        partial_alpha=0, routing=("attnres", "delta_block"), routing_depths=(2,), routing_seeds=(0, 1, 2),
+        partial_alpha=0, routing=("attnres", "delta_block", "delta"), routing_depths=(2,), routing_seeds=(0, 1, 2),
         convert_to=CONVERSIONS, convert_steps=32,
         convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE,
         eval=dict(eval_tokens=65536, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
