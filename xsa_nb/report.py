@@ -24,7 +24,7 @@ from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
-from .checkpoint import read_metrics
+from .checkpoint import copy_records, read_metrics
 from .config import TrainConfig, run_tokenizer
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
@@ -38,8 +38,8 @@ __all__ = ['XSA_DIAGNOSTICS', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', '
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure',
            'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows',
            'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows', 'effects_figure',
-           'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references', 'check_one_commit',
-           'xsa_seeds_note', 'write_report']
+           'report_effects', 'family_members', 'apply_family', 'family_note', 'keep_records', 'count_references',
+           'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -642,6 +642,13 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             "'exploratory (1 seed)': one seed, not in the family")
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
+def keep_records(preset: Preset, runs_dir: Path, records_dir: Path) -> list[Path]:
+    "Copy the records (`RECORD_FILES`) of every complete run of `preset` in `runs_dir` into `records_dir`; return them."
+    runs_dir = Path(runs_dir)
+    return [copy_records(runs_dir / r.name, Path(records_dir) / r.name) for r in preset.runs
+            if run_status(runs_dir / r.name) == "complete"]
+
+
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_diagnostics.md", "xsa_diagnostics.csv",
                 "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_conversion.md", "routing_conversion.csv",
