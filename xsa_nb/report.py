@@ -34,7 +34,7 @@ from .utils import atomic_write_text, markdown_table
 # %% auto #0
 __all__ = ['XSA_DIAGNOSTICS', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
            'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
+           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure',
            'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'point_label',
            'concentration_by_point', 'mean_interval', 'routing_point_rows', 'perplexity', 'routing_rows',
@@ -135,7 +135,23 @@ def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
              + (f"; **uncommitted changes** in {len(dirty)} runs" if dirty else "")]
     if missing:
         notes.append(f"runs not complete (left out): {len(missing)} of {len(preset.runs)}")
+    val_sets = sorted({r["eval"]["val_tokens"] for r in runs.values() if "val_tokens" in r["eval"]})
+    if len(val_sets) == 1:
+        notes.append(f"validation set: the first {val_sets[0]:,} tokens of the validation split, for every val_bpb "
+                     "(the training's own checks included: one eval_tokens per preset, 09_experiments)")
+    elif val_sets:
+        notes.append(f"**validation sets differ** between runs: {', '.join(f'{t:,}' for t in val_sets)} tokens")
     return notes
+
+
+def per_run_rows(preset: Preset, runs: dict) -> list[dict]:
+    "One row per complete run of `preset`, in the preset's order: what every table's means are made of."
+    return [{"run": name, "seed": r["config"]["seed"], "val_bpb": r["eval"]["val_bpb"],
+             "val_tokens": r["eval"].get("val_tokens"), "steps": r["summary"]["steps"],
+             "tokens": r["summary"]["tokens"], "train_s": r["summary"].get("train_time"),
+             "threads": r["summary"].get("provenance", {}).get("threads"),
+             "commit": (r["summary"].get("commits") or ["unknown"])[-1][:10]}
+            for name, r in ((run.name, runs[run.name]) for run in preset.runs if run.name in runs)]
 
 
 def comparison_columns(c: dict) -> dict:
@@ -633,11 +649,13 @@ def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) 
 def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
     "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
     pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
-    out = [(f"d{r['depth']} {r['variant']} − baseline", pick(r, "diff", "ci_low", "ci_high", "verdict"))
+    out = [(f"d{r['depth']} {r['variant']} − baseline (n={r['seeds']})", pick(r, "diff", "ci_low", "ci_high", "verdict"))
            for r in muon if r["source"].startswith("ours") and r["variant"] != "baseline"]
-    out += [(f"{r['size']} {r['residual']} − {r['reference']}", pick(r, "diff", "ci_low", "ci_high", "verdict"))
+    out += [(f"{r['size']} {r['residual']} − {r['reference']} (n={r['seeds']})",
+             pick(r, "diff", "ci_low", "ci_high", "verdict"))
             for r in routing if r["source"].startswith("ours") and r["residual"] != "standard"]
-    out += [(f"converted to {r['converted_to']}: jump at conversion", pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
+    out += [(f"converted to {r['converted_to']}: jump at conversion (n={r['seeds']})",
+             pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
             for r in conversion if r["converted_to"] != "standard"]
     return out
 
@@ -703,7 +721,7 @@ REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "x
                 "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_points.md", "routing_points.csv",
                 "routing_conversion.md", "routing_conversion.csv", "routing_concentration.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
-                "effects.png", "index.md")
+                "per_run.md", "per_run.csv", "effects.png", "index.md")
 
 
 @functools.lru_cache(maxsize=4)
@@ -845,6 +863,11 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}",
                              PUBLISHED_NOTES["chatcore"]])
     files += routing_figures(p, runs, out_dir)
+    per_run = per_run_rows(p, runs)
+    files += write_table(per_run, out_dir, "per_run", "Every run: the values the tables' means are made of",
+                         context_notes(p, runs, "each run's own") + [
+                             "train_s: training time in seconds (on a machine shared with other work it measures its "
+                             "load too); threads: torch's CPU threads; commit: the code that trained it"])
     files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
     banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
@@ -854,6 +877,9 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
         index.append((out_dir / f"{name}.md").read_text())
     for png in ("xsa_muon", "xsa_sweeps", "routing_concentration", "routing_heatmaps", "routing_conversion"):
         index.append(f"![{png}]({png}.png)\n")
+    index.append(f"<details>\n<summary>Every run ({len(per_run)}): seed, val bpb, validation tokens, steps, "
+                 "training time, commit (per_run.csv)</summary>\n\n" + markdown_table(per_run, empty="_none yet_")
+                 + "\n\n</details>\n")
     atomic_write_text(out_dir / "index.md", "\n".join(index))
     files.append(out_dir / "index.md")
     return files
