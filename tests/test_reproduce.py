@@ -116,6 +116,19 @@ def test_report_is_rebuilt_from_the_kept_records_alone(repo, tmp_path):
     assert res.returncode != 0 and "no records of preset 'smoke'" in res.stderr + res.stdout, res.stderr[-3000:]
 
 
+def test_committed_cpu_tables_are_rebuilt_from_committed_records(tmp_path):
+    """Every table of the committed cpu report, written again from the records committed beside it (no run directory,
+    no training), is the committed table byte for byte; every run of the preset has its records there."""
+    committed = ROOT / "docs" / "results" / "cpu"
+    cpu = get_preset("cpu")
+    assert sorted(p.name for p in (committed / "runs").iterdir()) == sorted(r.name for r in cpu.runs)
+    files = write_report(cpu, committed / "runs", tmp_path)
+    tables = [f.name for f in files if f.suffix in (".md", ".csv")]
+    assert len(tables) >= 15, tables
+    for name in tables:
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), name
+
+
 def test_unknown_preset_is_refused(tmp_path):
     res = reproduce(ROOT, "no-such-preset")
     said = res.stderr.splitlines()[-1] if res.stderr else ""  # argparse's refusal, before anything is run
