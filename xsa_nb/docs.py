@@ -21,12 +21,12 @@ from execnb.nbio import nb2str, read_nb
 from nbdev.config import get_config
 
 from .experiments import PIPELINE_CHECKS
-from .utils import atomic_write_text
+from .utils import atomic_write_text, sphinx_anchor
 
 # %% auto #0
 __all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
-           'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy',
-           'run_cli', 'copy_results', 'build_site']
+           'execute_notebook', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli',
+           'copy_results', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -134,11 +134,6 @@ def _frontmatter(source: str) -> dict:
     "Parse the YAML front matter nbdev writes into a raw cell."
     m = _FRONTMATTER.match(source.strip())
     return (yaml.safe_load(m.group(1)) or {}) if m else {}
-
-
-def sphinx_anchor(name: str) -> str:
-    "The HTML id Sphinx gives a heading called `name`."
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def relink(markdown: str, doc_url: str, pages: dict[str, str]) -> str:
