@@ -45,7 +45,7 @@ def paired(row: dict, model: str, cols: dict = PAIRED, unit: str = "bpb") -> dic
     if v["diff"] is None:
         return None
     interval = f" [{v['ci_low']:+.4f}, {v['ci_high']:+.4f}]" if v["ci_low"] is not None else ""
-    level = f", {v['level']:.2%} interval" if interval and v["level"] is not None else ""
+    level = f", {100 * v['level']:.2f} % interval" if interval and v["level"] is not None else ""
     seeds = f"{v['seeds']} seed{'s' * (v['seeds'] != 1)}" if v["seeds"] else "seeds: –"
     return v | {"ours": f"{model}: {v['diff']:+.4f}{interval} {unit} ({seeds}{level})".replace("  ", " ")}
 
@@ -262,7 +262,7 @@ CLAIMS = (
           f"cos(y_i, v_i) ≈ {_cos['early layers']} in early layers, ≈ {_cos['deep layers']} in deep layers "
           f"({PUBLISHED_XSA_PAPER['self_cos_layers']}-layer model)", self_alignment,
           ("01_xsa", "The attention similarity bias"), "level only (our mean over layers)"),
-    Claim("xsa_implicit_sink", _XSA, "XSA is an implicit attention sink: it parks attention on the token itself",
+    Claim("xsa_implicit_sink", _XSA, "XSA acts as an implicit attention sink, on the token itself",
           "unwanted attention goes to a_ii, and the projection removes it", self_weight,
           (_REPORT, "XSA's attention diagnostics over the seeds"), "direction (a_ii, XSA − baseline)"),
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
@@ -348,16 +348,17 @@ CLAIMS_NOTES = (
     "difference its seeds would resolve with 80 % probability; descriptions and exploratory rows are outside the family",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
-    f"'{NOT_MEASURED}': the preset has no run that measures it",
+    f"'{NOT_MEASURED}': no complete run of the preset measures it; seeds: the paired seeds behind ours",
 )
 
 
 def _cell(row: dict) -> dict:
-    "A ledger row as the Markdown shows it: the mde in bpb, the section as a link."
+    "A ledger row as the Markdown shows it: the verdict third, the mde in bpb, the section as a link."
     notebook, _, anchor = row["section"].removeprefix("../../").partition(".html#")
     return {"study": row["study"], "claim": row["claim"], "verdict": row["verdict"], "ours": row["ours"],
-            "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–", "published": row["published"],
-            "compares": row["compares"], "section": f'<a href="{row["section"]}">{notebook}#{anchor}</a>'}
+            "seeds": row["seeds"], "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–",
+            "published": row["published"], "compares": row["compares"],
+            "section": f'<a href="{row["section"]}">{notebook}#{anchor}</a>'}
 
 
 def write_claims(rows: list[dict], out_dir: Path, preset: str = "") -> list[Path]:
