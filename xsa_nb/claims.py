@@ -45,9 +45,8 @@ def paired(row: dict, model: str, cols: dict = PAIRED, unit: str = "bpb") -> dic
     if v["diff"] is None:
         return None
     interval = f" [{v['ci_low']:+.4f}, {v['ci_high']:+.4f}]" if v["ci_low"] is not None else ""
-    level = f", {100 * v['level']:.2f} % interval" if interval and v["level"] is not None else ""
-    seeds = f"{v['seeds']} seed{'s' * (v['seeds'] != 1)}" if v["seeds"] else "seeds: –"
-    return v | {"ours": f"{model}: {v['diff']:+.4f}{interval} {unit} ({seeds}{level})".replace("  ", " ")}
+    level = f" ({100 * v['level']:.2f} % interval)" if interval and v["level"] is not None else ""
+    return v | {"ours": f"{model}: {v['diff']:+.4f}{interval} {unit}{level}".replace("  ", " ").rstrip()}
 
 
 def described(text: str, verdict: str, **numbers) -> dict:
@@ -268,8 +267,8 @@ CLAIMS = (
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
           f"negligible latency and memory; under Muon within run-to-run noise (early estimate "
           f"{PUBLISHED_XSA_MUON_OVERHEAD_PCT} %)",
-          lambda t: described("measured by the benchmark, not by the report's runs", "see 13_bench"),
-          ("01_xsa", "Overhead"), "–"),
+          lambda t: described("measured by the benchmark (13_bench), not by the report's runs", "see 13_bench"),
+          ("13_bench", "Results on this machine"), "–"),
     *(Claim(f"muon_bpb_d{d}", _MUON, f"XSA lowers val bpb ({'smaller' if i == 0 else 'larger'} model)",
             f"{_shape(d)}: {b:.4f} → {x:.4f} val bpb", lambda t, i=i: xsa_bpb(t, larger=i > 0),
             (_REPORT, "Study 1: XSA under Muon"), "direction only (their data and tokenizer)")
