@@ -65,8 +65,9 @@ def muon_pair(t: dict, larger: bool = False) -> tuple[dict, dict] | None:
     if not depths or (larger and len(depths) < 2):
         return None
     depth = depths[-1] if larger else depths[0]
-    row = lambda v: next((r for r in ours if r["depth"] == depth and r["variant"] == v), None)  # noqa: E731
-    return (row("baseline"), row("XSA α=1")) if row("baseline") and row("XSA α=1") else None
+    base, xsa = (next((r for r in ours if r["depth"] == depth and r["variant"] == v), None)
+                 for v in ("baseline", "XSA α=1"))
+    return (base, xsa) if base and xsa else None
 
 
 def xsa_bpb(t: dict, larger: bool = False) -> dict | None:
@@ -145,7 +146,7 @@ def self_weight(t: dict) -> dict | None:
         return None
     out = paired(r | {"level": 0.95 if r["ci_low"] is not None else None, "verdict": r["direction"], "mde": None},
                  f"d{r['depth']} XSA − baseline a_ii", unit="")
-    return out | {"verdict": f"{r['direction']} (description, outside the family)"}
+    return out | {"verdict": f"{r['direction']}; a description, outside the family"}
 
 
 def routed(t: dict) -> dict[str, dict]:
@@ -177,7 +178,7 @@ def routing_order(t: dict) -> dict | None:
 
 def max_weight(t: dict) -> dict | None:
     "Max routing weight at the final read (first seed) of AttnRes and the delta presets, and whether delta's is higher."
-    rows = {k: r for k, r in routed(t).items() if k != "standard" and _number(r["max_weight_final_read"])}
+    rows = {k: r for k, r in routed(t).items() if k != "standard" and _number(r.get("max_weight_final_read"))}
     deltas = [k for k in rows if k.startswith("delta")]
     if "attnres" not in rows or not deltas:
         return None
@@ -194,7 +195,7 @@ ADJACENT_ORDER = ("attnres", "delta_block", "delta")
 def adjacent_cos(t: dict) -> dict | None:
     "Mean cosine of adjacent sources per preset (first seed), and whether it falls in the paper's order."
     rows = routed(t)
-    found = [k for k in ADJACENT_ORDER if k in rows and _number(rows[k]["adjacent_source_cos"])]
+    found = [k for k in ADJACENT_ORDER if k in rows and _number(rows[k].get("adjacent_source_cos"))]
     if len(found) < 2:
         return None
     cos = [rows[k]["adjacent_source_cos"] for k in found]
@@ -218,10 +219,6 @@ class Claim:
     ours: Callable[[dict], dict | None]  # the report's tables → our side, or None: not measured
     section: tuple[str, str]  # (notebook, heading)
     compares: str  # what of theirs and ours compares
-
-
-def _muon(depth: int) -> tuple:
-    return next(p for p in PUBLISHED_XSA_MUON if p[0] == depth)
 
 
 def _shape(depth: int) -> str:
@@ -294,7 +291,7 @@ CLAIMS = (
     Claim("delta_order", _DELTA, "perplexity order of the residual presets",
           "; ".join(f"{size}: {' < '.join(sorted(ppl, key=ppl.get))}" for size, ppl in PUBLISHED_DELTA_PPL.items()),
           routing_order, (_REPORT, "Study 3: delta routing"), "order only"),
-    Claim("delta_7.6B", _DELTA, "Delta Block's gain holds at 7.6B parameters",
+    Claim("delta_7.6B", _DELTA, "Delta Block's gain holds at their largest size",
           f"7.6B: Delta Block {_d76['delta_block']:.2f} vs {_d76['compared']:.2f} perplexity", lambda t: None,
           (_REPORT, "Study 3: delta routing"), "–"),
     Claim("delta_memory", _DELTA, "the memory the delta presets cost",
@@ -308,8 +305,7 @@ CLAIMS = (
           f"AttnRes {_ft['attnres']} % accuracy", lambda t: conversion(t, VS_CONTROL, "− control after training"),
           (_REPORT, "Study 3: delta routing"), "direction only (theirs: accuracy; ours: bpb)"),
     Claim("delta_adjacent_cos", _DELTA, "adjacent sources: cumulative states most alike, deltas least",
-          ", ".join(f"{k} {'<' if 'below' in k else '≈'} {c}".replace(" (below)", "")
-                    for k, c in PUBLISHED_DELTA["adjacent_cos"].items()),
+          ", ".join(f"{k} {rel} {c}" for k, (rel, c) in PUBLISHED_DELTA["adjacent_cos"].items()),
           adjacent_cos, ("03_routing", "Why routing over cumulative states collapses"), "order only"),
 )
 "Every claim of the three studies (`REFERENCE.md`), in their order."

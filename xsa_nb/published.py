@@ -51,7 +51,7 @@ PUBLISHED_DELTA = {
     "ppl_7.6B": {"delta_block": 16.00, "compared": 17.43},  # Delta Block and the arm it is compared with
     "memory_1044M": {"delta_block_pct": 26, "delta_times": 3.5},  # memory of Delta Block (+%) and Delta AttnRes (×)
     "finetune_accuracy": {"delta_block": 55.6, "standard": 55.0, "attnres": 54.1},  # %, a converted pretrained model
-    "adjacent_cos": {"cumulative states": 0.95, "block sums": 0.69, "Delta Block": 0.42,
-                     "per-sublayer deltas (below)": 0.3},  # mean cosine of adjacent sources
+    "adjacent_cos": {"cumulative states": ("≈", 0.95), "block sums": ("≈", 0.69), "Delta Block": ("≈", 0.42),
+                     "per-sublayer deltas": ("<", 0.3)},  # mean cosine of adjacent sources: (relation, value)
 }
 "The Delta Attention Residuals paper's numbers beyond its perplexities."
