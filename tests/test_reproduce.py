@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.xdist_group("reproduce")  # one worker: the module fixture is built once
+from xsa_nb.checkpoint import RECORD_FILES
 from xsa_nb.experiments import get_preset, run_status
 from xsa_nb.report import REPORT_FILES, write_report
 
@@ -53,7 +54,9 @@ def test_every_run_is_complete(repo):
 @pytest.mark.slow
 def test_every_report_file_is_written(repo):
     out = repo / "docs" / "results" / "smoke"
-    assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES + ("runs",))
+    for run in get_preset("smoke").runs:  # every run's records are kept beside the tables, and nothing more
+        assert sorted(p.name for p in (out / "runs" / run.name).iterdir()) == sorted(RECORD_FILES), run.name
     for name in REPORT_FILES:
         assert (out / name).stat().st_size > 0, name
         if name.endswith(".png"):
@@ -88,6 +91,29 @@ def test_table_numbers_come_from_run_directories(repo):
     (edited / "d2_xsa_s0" / "eval.json").write_text(json.dumps(ev | {"val_bpb": 9.8765}))
     write_report("smoke", edited, repo / "edited_out")
     assert "| 2 | XSA α=1 | 1 | 9.8765 |" in (repo / "edited_out" / "headline.md").read_text()
+
+
+@pytest.mark.slow
+def test_report_is_rebuilt_from_the_kept_records_alone(repo, tmp_path):
+    """A clone holds the kept records and no run directory: `xsa_nb report --from-records` writes every table again,
+    byte for byte, and without the records it is refused naming where they should be."""
+    clone = tmp_path / "clone"
+    shutil.copytree(repo, clone, ignore=shutil.ignore_patterns("runs", "*.png"), dirs_exist_ok=False)
+    shutil.copytree(repo / "docs" / "results" / "smoke" / "runs", clone / "docs" / "results" / "smoke" / "runs")
+    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}
+    res = subprocess.run([XSA_NB, "report", "--preset", "smoke", "--from-records"], cwd=clone, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out, committed = clone / "docs" / "results" / "smoke", repo / "docs" / "results" / "smoke"
+    for name in REPORT_FILES:
+        if name.endswith((".md", ".csv")):
+            assert (out / name).read_text() == (committed / name).read_text(), name
+        else:
+            assert (out / name).is_file(), name
+    shutil.rmtree(out / "runs")
+    res = subprocess.run([XSA_NB, "report", "--preset", "smoke", "--from-records"], cwd=clone, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "no records of preset 'smoke'" in res.stderr + res.stdout, res.stderr[-3000:]
 
 
 def test_unknown_preset_is_refused(tmp_path):

@@ -33,13 +33,13 @@ from .tokenizer import Tokenizer
 from .utils import atomic_write_bytes, atomic_write_text, dist_info, repo_root
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'optimizer_param_names',
-           'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state', 'set_rng_state', 'save_checkpoint',
-           'check_checkpoint', 'load_checkpoint', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint',
-           'checkpoint_step', 'loader_positions', 'restore_position', 'code_version', 'provenance', 'config_hash',
-           'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics',
-           'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'lock_run_dir', 'read_config', 'read_settings',
-           'load_run']
+__all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'RECORD_FILES',
+           'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state',
+           'set_rng_state', 'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint',
+           'load_weights_from', 'continue_checkpoint', 'checkpoint_step', 'loader_positions', 'restore_position',
+           'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_settings', 'check_same_run',
+           'resolve_run', 'append_metrics', 'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records',
+           'lock_run_dir', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -349,6 +349,26 @@ def fresh_run_dir(depth: int, runs: Path = Path("runs")) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+# %% ../nbs/08b_checkpoint.ipynb #f8aa68cb
+RECORD_FILES = ("config.json", "summary.json", "eval.json", "metrics.jsonl")  # what a report reads: no weights
+
+
+def copy_records(run_dir: Path, dest: Path) -> Path:
+    "Copy the records of the complete run in `run_dir` (`RECORD_FILES`) into `dest`, replacing its contents; return `dest`."
+    run_dir, dest = Path(run_dir), Path(dest)
+    missing = [name for name in RECORD_FILES if not (run_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir} holds no complete run: {', '.join(missing)} missing (needed: "
+                                f"{', '.join(RECORD_FILES)})")
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in RECORD_FILES:
+        shutil.copy2(run_dir / name, tmp / name)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
 
 # %% ../nbs/08b_checkpoint.ipynb #477feea6
 def lock_run_dir(run_dir: Path, what: str) -> IO:

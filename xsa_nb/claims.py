@@ -17,11 +17,11 @@ from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
-__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER', 'CLAIMS', 'COLUMNS',
-           'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore',
-           'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight', 'routed', 'routing_vs_standard',
-           'routing_order', 'max_weight', 'adjacent_cos', 'conversion', 'Claim', 'section_link', 'claim_rows',
-           'write_claims']
+__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER', 'CONCENTRATION', 'CLAIMS',
+           'COLUMNS', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core',
+           'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight', 'routed',
+           'routing_vs_standard', 'routing_order', 'concentration', 'adjacent_cos', 'conversion', 'Claim',
+           'section_link', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -150,12 +150,16 @@ def self_weight(t: dict) -> dict | None:
 
 
 def routed(t: dict) -> dict[str, dict]:
-    "Our routing rows at our smallest routing depth, by residual preset (standard included)."
-    ours = ours_only(t["routing"])
+    "Our routing rows paired with the standard residual at our smallest routing depth, by preset (standard included)."
+    ours = [r for r in ours_only(t["routing"]) if r.get("reference") in (None, "standard")]  # not attnres − plain
     if not ours:
         return {}
     size = ours[0]["size"]
     return {r["residual"]: r for r in ours if r["size"] == size}
+
+
+ADJACENT_ORDER = ("attnres", "delta_block", "delta")
+"Our routed presets in the paper's adjacent-cosine order: cumulative states, block sums, per-sublayer deltas."
 
 
 def routing_vs_standard(t: dict, residual: str) -> dict | None:
@@ -176,30 +180,30 @@ def routing_order(t: dict) -> dict | None:
                      f"description (means): {'same order as ' + ', '.join(same) if same else 'order of neither size'}")
 
 
-def max_weight(t: dict) -> dict | None:
-    "Max routing weight at the final read (first seed) of AttnRes and the delta presets, and whether delta's is higher."
-    rows = {k: r for k, r in routed(t).items() if k != "standard" and _number(r.get("max_weight_final_read"))}
-    deltas = [k for k in rows if k.startswith("delta")]
+CONCENTRATION = "concentration_final_read"
+"The routing table's column (`12_report`): (max − 1/S)/(1 − 1/S) at the read before the head, mean over seeds."
+
+
+def concentration(t: dict) -> dict | None:
+    "Normalised concentration at the final read of AttnRes and the delta presets, and whether delta's is higher."
+    rows = {k: r for k, r in routed(t).items() if k in ADJACENT_ORDER and _number(r.get(CONCENTRATION))}
+    deltas = [k for k in rows if k != "attnres"]
     if "attnres" not in rows or not deltas:
         return None
-    text = ", ".join(f"{k} {r['max_weight_final_read']:.3f}" for k, r in rows.items())
-    higher = all(rows[k]["max_weight_final_read"] > rows["attnres"]["max_weight_final_read"] for k in deltas)
-    return described(f"{rows['attnres']['size']} final read, first seed: {text}",
+    text = ", ".join(f"{k} {r[CONCENTRATION]:.3f}" for k, r in rows.items())
+    higher = all(rows[k][CONCENTRATION] > rows["attnres"][CONCENTRATION] for k in deltas)
+    return described(f"{rows['attnres']['size']} final read, mean over seeds: {text}",
                      f"description: delta routing {'higher' if higher else 'not higher'}")
 
 
-ADJACENT_ORDER = ("attnres", "delta_block", "delta")
-"Our presets in the paper's adjacent-cosine order: cumulative states, block sums, per-sublayer deltas."
-
-
 def adjacent_cos(t: dict) -> dict | None:
-    "Mean cosine of adjacent sources per preset (first seed), and whether it falls in the paper's order."
+    "Mean cosine of adjacent sources per preset (mean over seeds), and whether it falls in the paper's order."
     rows = routed(t)
     found = [k for k in ADJACENT_ORDER if k in rows and _number(rows[k].get("adjacent_source_cos"))]
     if len(found) < 2:
         return None
     cos = [rows[k]["adjacent_source_cos"] for k in found]
-    return described(f"{rows[found[0]]['size']}, first seed: " + ", ".join(f"{k} {c:.3f}" for k, c in zip(found, cos)),
+    return described(f"{rows[found[0]]['size']}, mean over seeds: " + ", ".join(f"{k} {c:.3f}" for k, c in zip(found, cos)),
                      f"description: {'same order' if cos == sorted(cos, reverse=True) else 'another order'}")
 
 
@@ -279,9 +283,9 @@ CLAIMS = (
             (_REPORT, "Chat models: ChatCORE"), "direction only") for size, c in PUBLISHED_CHATCORE.items()),
     Claim("delta_max_weight", _DELTA, "delta routing concentrates: higher max routing weight than AttnRes",
           f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
-          max_weight, ("03_routing", "Why routing over cumulative states collapses"),
-          "direction only (ours: not normalised for the number of sources)"),
-    Claim("delta_attnres_ppl", _DELTA, "AttnRes over cumulative states vs the standard residual",
+          concentration, ("03_routing", "Why routing over cumulative states collapses"),
+          "direction only (ours: normalised for the number of sources, (max − 1/S)/(1 − 1/S))"),
+    Claim("delta_attnres_ppl", _DELTA, "AttnRes over cumulative states vs the standard residual (as theirs)",
           f"{_ppl('attnres')} perplexity", lambda t: routing_vs_standard(t, "attnres"),
           (_REPORT, "Study 3: delta routing"), _PPL),
     Claim("delta_block_ppl", _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity",

@@ -18,7 +18,7 @@ from .checkpoint import convert_checkpoint
 from .core_eval import build_eval_bundle
 from .experiments import PRESETS
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
-from .runner import reproduce, run_papermill
+from .runner import report, reproduce, run_papermill
 from .tokenizer import train_tokenizer
 from .trainer import train
 from .utils import repo_root
@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
     rp.add_argument("--dry-run", action="store_true", help="print every run's resolved plan and stop (trains nothing)")
+    rr = sub.add_parser("report", help="write a preset's tables and figures (nbs/12_report.ipynb through papermill)")
+    rr.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
+    rr.add_argument("--from-records", action="store_true",
+                    help="from the records kept in docs/results/PRESET/runs/ alone (no run directories needed)")
     return p
 
 
@@ -227,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, PermissionError) as e:
             print(f"xsa_nb checkpoint convert: {e}", file=sys.stderr)
             return 2
+    elif args.command == "report":
+        print(f"report written into {report(args.preset, from_records=args.from_records)[0].parent}")
     elif args.command == "reproduce":
         reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run)
         if args.preset == "cpu" and not args.dry_run:  # the README shows the cpu headline table

@@ -52,6 +52,7 @@ class Scale:
     shapes: dict = field(default_factory=dict)  # depth -> {"n_embd", "n_head"}: published shapes at those depths
     sft: dict = field(default_factory=dict)     # 14_sft parameters; given: the larger depth's pair is fine-tuned
     chat_eval: dict = field(default_factory=dict)  # 11_eval parameters added for the fine-tuned runs (ChatCORE)
+    plain_control: bool = False  # routing seeds also train standard without the residual scalars (AttnRes's control)
 
     def __post_init__(self):
         for name in ("larger_seeds", "routing_seeds", "convert_seeds"):
@@ -80,7 +81,7 @@ def run_name(depth: int, variant: str = "base", seed: int = 0, seq_len: int | No
     return "_".join(parts + [f"s{seed}"])
 
 
-VARIANTS = {"base": {}, "xsa": {"xsa_alpha": 1.0}, "sink": {"attn_sink": True}}
+VARIANTS = {"base": {}, "xsa": {"xsa_alpha": 1.0}, "sink": {"attn_sink": True}, "plain": {"residual_scalars": False}}
 
 
 def study_runs(s: Scale) -> list[Run]:
@@ -109,6 +110,8 @@ def study_runs(s: Scale) -> list[Run]:
     def routed(depth: int, seed: int) -> None:
         for preset in s.routing:
             add(run_name(depth, preset, seed), depth=depth, seed=seed, residual=preset)
+        if s.plain_control:  # standard on a plain residual sum, as AttnRes's replacement stream is
+            add(run_name(depth, "plain", seed), depth=depth, seed=seed, **VARIANTS["plain"])
 
     for seed in s.seeds:                                     # 1. XSA under Muon: smaller depth, every seed
         xsa_pair(small, seed)
@@ -192,7 +195,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         depths=(2,), size_depths=(2,), seq_lens=(256, 512), lr_scales=(4.0,), seeds=(0, 1, 2, 3, 4), last_n=0,
         partial_alpha=0, routing=("attnres", "delta_block", "delta"), routing_depths=(2,), routing_seeds=(0, 1, 2),
         convert_to=CONVERSIONS, convert_steps=32,
-        convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE,
+        convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE, plain_control=True,
         eval=dict(eval_tokens=65536, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
     make_preset("gpu-smoke", Scale(
         depths=(6, 8), size_depths=(6, 8), seq_lens=(2048,), lr_scales=(1.0,), seeds=(0,), last_n=0,

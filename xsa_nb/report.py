@@ -25,22 +25,23 @@ from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
-from .checkpoint import read_metrics
+from .checkpoint import copy_records, read_metrics
 from .config import TrainConfig, run_tokenizer
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
-from .stats import family_verdicts, paired_difference, ratio_interval
+from .stats import family_verdicts, paired_difference, ratio_interval, t_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
 __all__ = ['XSA_DIAGNOSTICS', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
            'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes',
+           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure',
-           'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'perplexity', 'routing_rows',
+           'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'point_label',
+           'concentration_by_point', 'mean_interval', 'routing_point_rows', 'perplexity', 'routing_rows',
            'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows', 'effects_figure',
-           'report_effects', 'family_members', 'apply_family', 'family_note', 'count_references', 'check_one_commit',
-           'xsa_seeds_note', 'write_report']
+           'report_effects', 'family_members', 'apply_family', 'family_note', 'keep_records', 'count_references',
+           'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -135,7 +136,23 @@ def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
              + (f"; **uncommitted changes** in {len(dirty)} runs" if dirty else "")]
     if missing:
         notes.append(f"runs not complete (left out): {len(missing)} of {len(preset.runs)}")
+    val_sets = sorted({r["eval"]["val_tokens"] for r in runs.values() if "val_tokens" in r["eval"]})
+    if len(val_sets) == 1:
+        notes.append(f"validation set: the first {val_sets[0]:,} tokens of the validation split, for every val_bpb "
+                     "(the training's own checks included: one eval_tokens per preset, 09_experiments)")
+    elif val_sets:
+        notes.append(f"**validation sets differ** between runs: {', '.join(f'{t:,}' for t in val_sets)} tokens")
     return notes
+
+
+def per_run_rows(preset: Preset, runs: dict) -> list[dict]:
+    "One row per complete run of `preset`, in the preset's order: what every table's means are made of."
+    return [{"run": name, "seed": r["config"]["seed"], "val_bpb": r["eval"]["val_bpb"],
+             "val_tokens": r["eval"].get("val_tokens"), "steps": r["summary"]["steps"],
+             "tokens": r["summary"]["tokens"], "train_s": r["summary"].get("train_time"),
+             "threads": r["summary"].get("provenance", {}).get("threads"),
+             "commit": (r["summary"].get("commits") or ["unknown"])[-1][:10]}
+            for name, r in ((run.name, runs[run.name]) for run in preset.runs if run.name in runs)]
 
 
 def comparison_columns(c: dict) -> dict:
@@ -351,6 +368,44 @@ def routed_points(routing: dict) -> list[dict]:
     return [p for p in routing.get("points", []) if len(p["weights"]) > 1]
 
 
+def point_label(p: dict) -> str:
+    "A routing point's name in the tables: 'layer.site' ('1.mlp'), or 'final' for the read before the head."
+    return "final" if p["site"] == "final" else f"{p['layer']}.{p['site']}"
+
+
+def concentration_by_point(runs: dict, depth: int, name: str, seeds) -> dict[str, dict]:
+    """Per routing point with a choice (S ≥ 2), in depth order: its S and, per seed of one routed arm, the normalised
+    concentration (max − 1/S)/(1 − 1/S) and entropy / log S (`RoutingRecorder`, `03_routing`)."""
+    points: dict[str, dict] = {}
+    for seed in seeds:
+        run = runs.get(run_name(depth, name, seed))
+        for p in routed_points(run["eval"].get("routing", {})) if run else []:
+            point = points.setdefault(point_label(p), {"n_sources": len(p["weights"]), "concentration": {},
+                                                       "normalised_entropy": {}})
+            for key in ("concentration", "normalised_entropy"):
+                point[key][seed] = p[key]
+    return points
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
+    "The mean of `values` over seeds and its Student-t interval at `level` (None, None for one value)."
+    mean = statistics.fmean(values)
+    return (mean, *t_interval(mean, statistics.stdev(values), len(values), level)) if len(values) > 1 else (mean, None, None)
+
+
+def routing_point_rows(preset: Preset, runs: dict) -> list[dict]:
+    "Every routed arm's routing points (S ≥ 2): S, and the normalised concentration and entropy over its seeds."
+    s, rows = preset.scale, []
+    for depth in s.routing_depths:
+        for name in s.routing:
+            for label, point in concentration_by_point(runs, depth, name, s.routing_seeds).items():
+                mean, low, high = mean_interval(list(point["concentration"].values()))
+                rows.append({"size": f"d{depth}", "residual": name, "point": label, "sources": point["n_sources"],
+                             "seeds": len(point["concentration"]), "concentration": mean, "ci_low": low, "ci_high": high,
+                             "normalised_entropy": statistics.fmean(point["normalised_entropy"].values())})
+    return rows
+
+
 def perplexity(val_bpb: float, bytes_per_token: float) -> float:
     "Validation perplexity per token from bits per byte and the evaluated targets' bytes per token."
     return math.exp(val_bpb * math.log(2) * bytes_per_token)
@@ -359,9 +414,9 @@ def perplexity(val_bpb: float, bytes_per_token: float) -> float:
 def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
     "Study 3 rows: ours per depth and preset (paired with standard over seeds), references, published perplexities."
     s, rows = preset.scale, []
-    columns = ["source", "size", "residual", "seeds", "val_bpb", "perplexity", "change_of", "change_pct", "diff",
-               "sd_diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde", "max_weight_final_read",
-               "max_weight_mean", "adjacent_source_cos", "router_sources"]
+    columns = ["source", "size", "residual", "reference", "seeds", "val_bpb", "perplexity", "change_of", "change_pct",
+               "diff", "sd_diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde", "concentration_final_read",
+               "concentration_mean", "adjacent_source_cos", "router_sources"]
     for depth in s.routing_depths:
         standard = val_bpb_by_seed(runs, depth, "base", s.routing_seeds)  # the seeds the routed rows pair with
         if not standard:
@@ -374,20 +429,29 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                                               "val_bpb": statistics.fmean(standard.values()),
                                               "perplexity": ppl(statistics.fmean(standard.values())),
                                               "verdict": "reference"})
+        plain = val_bpb_by_seed(runs, depth, "plain", s.routing_seeds)  # AttnRes's control: no residual scalars
+        arms = [("plain", "standard", plain)] if plain else []
         for name in s.routing:
             routed = val_bpb_by_seed(runs, depth, name, s.routing_seeds)
-            c = paired_difference(standard, routed)
+            arms += [(name, "standard", routed)] + ([(name, "plain", routed)] if plain and name == "attnres" else [])
+        for name, reference, routed in arms:
+            c = paired_difference(plain if reference == "plain" else standard, routed)
             if not c["seeds"]:
                 continue
-            routing = runs[run_name(depth, name, min(routed))]["eval"].get("routing", {})  # diagnostics: first seed
-            maxw = [p["max_weight"] for p in routed_points(routing)]
-            src = routing.get("sources", {}).get(SOURCE_STATS[PRESET_SWITCHES[name][0]], {})
-            rows.append({"source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name,
-                         "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), "change_of": "val bpb",
-                         **comparison_columns(c),
-                         "max_weight_final_read": maxw[-1] if maxw else None,
-                         "max_weight_mean": statistics.fmean(maxw) if maxw else None,
-                         "adjacent_source_cos": src.get("mean_adjacent_cosine"), "router_sources": src.get("n_sources")})
+            seeds = sorted(routed)
+            points = concentration_by_point(runs, depth, name, seeds) if name != "plain" else {}
+            sources = [runs[run_name(depth, name, k)]["eval"].get("routing", {}).get("sources", {})
+                       .get(SOURCE_STATS[PRESET_SWITCHES[name][0]], {}) for k in seeds] if name != "plain" else []
+            cos = [src["mean_adjacent_cosine"] for src in sources if src.get("mean_adjacent_cosine") is not None]
+            rows.append(dict.fromkeys(columns) | {
+                "source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name, "reference": reference,
+                "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), "change_of": "val bpb", **comparison_columns(c),
+                "concentration_final_read": statistics.fmean(points["final"]["concentration"].values())
+                if "final" in points else None,
+                "concentration_mean": statistics.fmean(statistics.fmean(p["concentration"].values())
+                                                       for p in points.values()) if points else None,
+                "adjacent_source_cos": statistics.fmean(cos) if cos else None,
+                "router_sources": sources[0].get("n_sources") if sources else None})
         rows += [r | {"perplexity": ppl(r["val_bpb"])} for r in reference_rows(ref, "size", f"d{depth}", columns)]
     for size, published in PUBLISHED_DELTA_PPL.items():
         for name, p in published.items():
@@ -451,30 +515,32 @@ def jump_ratios(preset: Preset, runs: dict, numerator: str = "attnres") -> list[
 
 
 def routing_figures(preset: Preset, runs: dict, out_dir: Path) -> list[Path]:
-    "routing_max_weight.png, routing_heatmaps.png and routing_conversion.png."
+    "routing_concentration.png, routing_heatmaps.png and routing_conversion.png."
     s = preset.scale
     fig, axes = plt.subplots(1, len(s.routing_depths), figsize=(5.5 * len(s.routing_depths), 3.8), squeeze=False)
     for ax, depth in zip(axes[0], s.routing_depths):
+        names = [f"{i // 2}.{('attn', 'mlp')[i % 2]}" for i in range(2 * depth)] + ["final"]
         for k, name in enumerate(s.routing):
-            r = runs.get(run_name(depth, name))
-            if r and r["eval"].get("routing"):
-                pts = routed_points(r["eval"]["routing"])
-                xs = [2 * p["layer"] + (p["site"] == "mlp") for p in pts]  # routing point index; final = 2L
-                ax.plot(xs, [p["max_weight"] for p in pts], "o-", color=f"C{k}", label=name)
-                if name == "attnres":  # one source per sublayer: uniform weights would be 1/S
-                    ax.plot(xs, [1 / len(p["weights"]) for p in pts], ":", color="grey",
-                            label="uniform over per-sublayer sources")
-        ax.set_xticks(range(2 * depth + 1), [f"{i // 2}.{('attn', 'mlp')[i % 2]}" for i in range(2 * depth)] + ["final"],
-                      rotation=45, fontsize=7)
-        ax.set(xlabel="routing point (layer.site; final = read before the head)",
-               ylabel="max routing weight (mean over tokens)", title=f"d{depth}: how sharply each point routes",
-               ylim=(0, 1.05))
+            points = concentration_by_point(runs, depth, name, s.routing_seeds)
+            if points:
+                xs = [names.index(label) + 0.06 * (k - 1) for label in points]  # side by side at each point
+                stats = [mean_interval(list(p["concentration"].values())) for p in points.values()]
+                err = [[m - lo if lo is not None else 0 for m, lo, _ in stats], [hi - m if hi is not None else 0
+                                                                                for m, _, hi in stats]]
+                seeds = max(len(p["concentration"]) for p in points.values())
+                ax.errorbar(xs, [m for m, _, _ in stats], yerr=err, fmt="o-", color=f"C{k}", capsize=3,
+                            label=f"{name} ({seeds} seed{'s' * (seeds > 1)})")
+        ax.axhline(0, color="grey", ls=":", lw=1, label="untrained (zero queries: uniform weights)")
+        ax.set_xticks(range(len(names)), names, rotation=45, fontsize=7)
+        ax.set(xlabel="routing point (layer.site; final = read before the head); points with one source left out",
+               ylabel="(max − 1/S) / (1 − 1/S), mean over tokens", title=f"d{depth}: how sharply each point routes",
+               ylim=(-0.05, 1.05))
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"Routing sharpness ({preset.name} preset): 1 = one source, 1/S = uniform over S sources")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Routing concentration ({preset.name} preset): 0 = uniform over the point's S sources, 1 = one "
+                 "source; mean over seeds, 95 % interval", fontsize=9)
     fig.tight_layout()
-    paths = [out_dir / "routing_max_weight.png"]
+    paths = [out_dir / "routing_concentration.png"]
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
@@ -584,11 +650,13 @@ def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) 
 def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
     "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
     pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
-    out = [(f"d{r['depth']} {r['variant']} − baseline", pick(r, "diff", "ci_low", "ci_high", "verdict"))
+    out = [(f"d{r['depth']} {r['variant']} − baseline (n={r['seeds']})", pick(r, "diff", "ci_low", "ci_high", "verdict"))
            for r in muon if r["source"].startswith("ours") and r["variant"] != "baseline"]
-    out += [(f"{r['size']} {r['residual']} − standard", pick(r, "diff", "ci_low", "ci_high", "verdict"))
+    out += [(f"{r['size']} {r['residual']} − {r['reference']} (n={r['seeds']})",
+             pick(r, "diff", "ci_low", "ci_high", "verdict"))
             for r in routing if r["source"].startswith("ours") and r["residual"] != "standard"]
-    out += [(f"converted to {r['converted_to']}: jump at conversion", pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
+    out += [(f"converted to {r['converted_to']}: jump at conversion (n={r['seeds']})",
+             pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
             for r in conversion if r["converted_to"] != "standard"]
     return out
 
@@ -609,7 +677,7 @@ def family_members(muon: list[dict], sweep: list[dict], routing: list[dict],
     members = [(f"d{r['depth']} {r['variant']} − baseline", r, COMPARISON) for r in ours(muon) if r["variant"] != "baseline"]
     members += [(f"{r['setting']} XSA α=1 − baseline" if r["sweep"] == "size" else f"{r['sweep']} {r['setting']}", r,
                  COMPARISON) for r in sweep]
-    members += [(f"{r['size']} {r['residual']} − standard", r, COMPARISON)
+    members += [(f"{r['size']} {r['residual']} − {r['reference']}", r, COMPARISON)
                 for r in ours(routing) if r["residual"] != "standard"]
     for r in (r for r in conversion if r["converted_to"] != "standard"):
         members += [(f"converted to {r['converted_to']}: jump at conversion", r, JUMP),
@@ -643,11 +711,18 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             "'exploratory (1 seed)': one seed, not in the family")
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
+def keep_records(preset: Preset, runs_dir: Path, records_dir: Path) -> list[Path]:
+    "Copy the records (`RECORD_FILES`) of every complete run of `preset` in `runs_dir` into `records_dir`; return them."
+    runs_dir = Path(runs_dir)
+    return [copy_records(runs_dir / r.name, Path(records_dir) / r.name) for r in preset.runs
+            if run_status(runs_dir / r.name) == "complete"]
+
+
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_diagnostics.md", "xsa_diagnostics.csv",
                 "xsa_sweeps.md", "xsa_sweeps.csv",
-                "xsa_sweeps.png", "routing.md", "routing.csv", "routing_conversion.md", "routing_conversion.csv",
-                "routing_max_weight.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
-                "effects.png", "claims.md", "claims.csv", "index.md")
+                "xsa_sweeps.png", "routing.md", "routing.csv", "routing_points.md", "routing_points.csv",
+                "routing_conversion.md", "routing_conversion.csv", "routing_concentration.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
+                "per_run.md", "per_run.csv", "effects.png", "claims.md", "claims.csv", "index.md")
 
 
 @functools.lru_cache(maxsize=4)
@@ -743,8 +818,25 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, routing_seeds) + [
                              "perplexity: per token on the validation rows, exp(val_bpb · ln 2 · bytes per token); "
                              "tokenizer and corpus differ from theirs, so only the order of the rows compares",
-                             "memory: router sources kept per token (activation memory grows with it); bytes in the "
-                             "benchmark", verdict_note, PUBLISHED_NOTES["routing"]])
+                             "reference: the arm each row is paired with over its seeds — standard (nanochat's model), "
+                             "or plain, standard without the residual and x0 scalars and backout (residual_scalars=False), "
+                             "AttnRes's fair control: its replacement stream carries none of them (03_routing)",
+                             "concentration: (max − 1/S)/(1 − 1/S) of the routing weights, mean over tokens, then over "
+                             "seeds — at the final read before the head (final_read) and over every point with S ≥ 2 "
+                             "sources (mean); 0 = uniform, as every point is untrained; per point in routing_points",
+                             "adjacent_source_cos: mean cosine of neighbouring sources, mean over seeds; memory: router "
+                             "sources kept per token (activation memory grows with it); bytes in the benchmark",
+                             verdict_note, PUBLISHED_NOTES["routing"]])
+    files += write_table(routing_point_rows(p, runs), out_dir, "routing_points",
+                         "Delta routing: how sharply each routing point routes, over the seeds",
+                         context_notes(p, runs, routing_seeds) + [
+                             "point: layer.site (attn: before attention, mlp: before the MLP; final: before the head); "
+                             "points with one source (weight 1 by force) left out; sources: S at that point",
+                             "concentration: (max − 1/S)/(1 − 1/S) of the routing weights, mean over tokens of the "
+                             f"evaluation's first {p.scale.eval.get('diag_rows', 0)} validation rows, then over seeds, with "
+                             "its 95 % interval over seeds; normalised_entropy: entropy / log S (1 = uniform)",
+                             "untrained, every point reads concentration 0 and entropy 1 (the queries start at zero: "
+                             "uniform weights; 03_routing); descriptions of the trained models, outside the family"])
     files += write_table(conversion, out_dir, "routing_conversion",
                          "Converting a trained baseline: the jump at conversion and after continued training",
                          context_notes(p, runs, f"{len(p.scale.convert_seeds)} (each seed's baseline is converted)") + [
@@ -773,16 +865,24 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}",
                              PUBLISHED_NOTES["chatcore"]])
     files += routing_figures(p, runs, out_dir)
+    per_run = per_run_rows(p, runs)
+    files += write_table(per_run, out_dir, "per_run", "Every run: the values the tables' means are made of",
+                         context_notes(p, runs, "each run's own") + [
+                             "train_s: training time in seconds (on a machine shared with other work it measures its "
+                             "load too); threads: torch's CPU threads; commit: the code that trained it"])
     files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat), out_dir, p.name)
     files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
     banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
     index = [f"# Results: `{p.name}` preset\n", *banner, f"{len(runs)} of {len(p.runs)} runs complete.\n",
              "![effects](effects.png)\n", "[Claims ledger](claims.md): every claim of the three studies beside ours.\n"]
-    for name in ("xsa_muon", "xsa_diagnostics", "xsa_sweeps", "routing", "routing_conversion", "chatcore"):
+    for name in ("xsa_muon", "xsa_diagnostics", "xsa_sweeps", "routing", "routing_points", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
-    for png in ("xsa_muon", "xsa_sweeps", "routing_max_weight", "routing_heatmaps", "routing_conversion"):
+    for png in ("xsa_muon", "xsa_sweeps", "routing_concentration", "routing_heatmaps", "routing_conversion"):
         index.append(f"![{png}]({png}.png)\n")
+    index.append(f"<details>\n<summary>Every run ({len(per_run)}): seed, val bpb, validation tokens, steps, "
+                 "training time, commit (per_run.csv)</summary>\n\n" + markdown_table(per_run, empty="_none yet_")
+                 + "\n\n</details>\n")
     atomic_write_text(out_dir / "index.md", "\n".join(index))
     files.append(out_dir / "index.md")
     return files

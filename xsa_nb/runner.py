@@ -22,7 +22,7 @@ from .config import TrainConfig
 from .experiments import get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'reproduce']
+__all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -110,8 +110,6 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
               log=print) -> list[Path]:
     """Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files.
     `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or writing anything."""
-    from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only this command pays their import
-
     get_preset(preset)
     root = Path(root or get_config().config_path)
     if dry_run:
@@ -120,9 +118,21 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     start = time.time()
     run_experiment(preset, root, nproc=nproc, log=log)
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
+    files = report(preset, root)
+    log(f"report written into {files[0].parent} ({time.time() - start:.0f} s in all)")
+    return files
+
+
+def report(preset: str = "cpu", root: Path | None = None, from_records: bool = False) -> list[Path]:
+    """Execute 12_report for `preset` into `runs/<preset>/report.ipynb`; return the report's files.
+    It keeps the records of the complete runs in `docs/results/<preset>/runs/` and writes every table and figure from
+    them; `from_records`: from the records already kept there alone (a clone without run directories)."""
+    from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only the report pays their import
+
+    get_preset(preset)
+    root = Path(root or get_config().config_path)
     with without_env("IN_TEST"):
         run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
-                      {"preset": preset, "root": str(root)}, cwd=root)
+                      {"preset": preset, "root": str(root), "from_records": from_records}, cwd=root)
     out = root / "docs" / "results" / preset
-    log(f"report written into {out} ({time.time() - start:.0f} s in all)")
     return [out / name for name in REPORT_FILES]
