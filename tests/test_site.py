@@ -1,7 +1,7 @@
 """The docs site builds offline with `sphinx-build -W` and has a page for every notebook, with show_doc
 signatures and every figure the executed notebooks produced. Then every page is loaded in a headless Chromium, as a
 reader sees it: no console errors, the maths typeset, every image loaded, the results pages showing their tables and
-figures, no table wider than the content column. Screenshots of the landing page, 01_xsa and the cpu results are
+figures, each report's claims ledger with links that reach their sections, no table wider than the content column. Screenshots of the landing page, 01_xsa and the cpu results are
 kept in `_artifacts/screenshots/`."""
 import html
 import json
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from xsa_nb.docs import build_site
+from xsa_nb.docs import REPORT_PAGES, build_site
 from xsa_nb.experiments import PIPELINE_CHECKS
 
 from browser import NO_CHROMIUM, Browser, find_chromium, serve
@@ -166,7 +166,7 @@ def test_every_image_loads(browsed):
 
 def test_results_pages_show_their_tables_and_figures(browsed):
     results = sorted((ROOT / "docs" / "results").rglob("*.md"))
-    shown = [p for p in results if (p.name == "index.md" or p.parent == ROOT / "docs" / "results")
+    shown = [p for p in results if (p.name in REPORT_PAGES or p.parent == ROOT / "docs" / "results")
              and p.relative_to(ROOT / "docs" / "results").parts[0] not in PIPELINE_CHECKS]  # left out of the site
     assert shown, "no results pages"
     for md in shown:
@@ -174,6 +174,21 @@ def test_results_pages_show_their_tables_and_figures(browsed):
         text = md.read_text(encoding="utf-8")
         tables, figures = len(re.findall(r"^\|[-| :]+\|$", text, re.M)), text.count("![")
         assert len(browsed[page]["tables"]) == tables and browsed[page]["images"] >= figures, (page, tables, figures)
+
+
+def test_every_report_has_its_claims_ledger(site, browsed):
+    """Each report on the site has its claims ledger page (`12c_claims`): it opens, shows one table, and every section it
+    links leads to a heading of a notebook page."""
+    reports = [p.parent.name for p in (ROOT / "docs" / "results").glob("*/index.md") if p.parent.name not in PIPELINE_CHECKS]
+    assert reports, "no report on the site"
+    for report in reports:
+        page = f"results/{report}/claims.html"
+        assert page in browsed and len(browsed[page]["tables"]) == 1, (page, browsed.get(page, {}).get("tables"))
+        links = re.findall(r'href="\.\./\.\./([\w.-]+\.html)#([\w-]+)"', (site / page).read_text(encoding="utf-8"))
+        assert links, f"{page} links no notebook section"
+        missing = [(target, anchor) for target, anchor in set(links)
+                   if f'id="{anchor}"' not in (site / target).read_text(encoding="utf-8")]
+        assert not missing, (page, missing)
 
 
 def test_results_pages_give_the_contents_column_to_their_tables(browsed):

@@ -21,12 +21,12 @@ from execnb.nbio import nb2str, read_nb
 from nbdev.config import get_config
 
 from .experiments import PIPELINE_CHECKS
-from .utils import atomic_write_text
+from .utils import atomic_write_text, sphinx_anchor
 
 # %% auto #0
-__all__ = ['README_NOTE', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
-           'execute_notebook', 'sphinx_anchor', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy',
-           'run_cli', 'copy_results', 'build_site']
+__all__ = ['README_NOTE', 'REPORT_PAGES', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
+           'execute_notebook', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli',
+           'copy_results', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -136,11 +136,6 @@ def _frontmatter(source: str) -> dict:
     return (yaml.safe_load(m.group(1)) or {}) if m else {}
 
 
-def sphinx_anchor(name: str) -> str:
-    "The HTML id Sphinx gives a heading called `name`."
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def relink(markdown: str, doc_url: str, pages: dict[str, str]) -> str:
     "Point nbdev's links `[`x`](doc_url/page.html#x)` at our pages (`pages` maps nbdev's page to ours)."
     pattern = re.compile(r"\[`([^`]+)`\]\(" + re.escape(doc_url.rstrip("/")) + r"/([\w.-]+)\.html#([\w.]+)\)")
@@ -232,12 +227,16 @@ def run_cli(args: list[str]) -> None:
     subprocess.run([sys.executable, "-c", code, *args], check=True)
 
 
+REPORT_PAGES = ("index.md", "claims.md")
+"The pages of a report on the site: its tables (index.md) and its claims ledger (`12c_claims`)."
+
+
 def copy_results(results: Path, dest: Path, pipeline_checks: bool = False) -> list[str]:
-    "Copy `results` to `dest` as site pages (each report's index.md, top-level pages); return the page names."
+    "Copy `results` to `dest` as site pages (each report's `REPORT_PAGES`, top-level pages); return the page names."
     ignore = None if pipeline_checks else shutil.ignore_patterns(*PIPELINE_CHECKS)
     shutil.copytree(results, dest, ignore=ignore)
     for md in dest.rglob("*.md"):
-        if md.name != "index.md" and md.parent != dest:
+        if md.name not in REPORT_PAGES and md.parent != dest:
             md.unlink()
     return sorted(str(p.relative_to(dest.parent).with_suffix("")) for p in dest.rglob("*.md"))
 
@@ -278,7 +277,7 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
             page["cells"].append({"cell_type": "markdown", "id": "toctree", "metadata": {}, "source": "{toctree}"})
         (src_dir / f"{name}.ipynb").write_text(json.dumps(page, indent=1), encoding="utf-8")
         pages.append(name)
-    results = root / "docs" / "results"  # a page per report (its index.md) and the benchmark pages; smoke if asked
+    results = root / "docs" / "results"  # a report's tables and claims ledger, the benchmark pages; smoke if asked
     toc = [p for p in pages if p != "index"]
     toc += copy_results(results, src_dir / "results", pipeline_checks) if results.exists() else []
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))

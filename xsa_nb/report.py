@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .chat_data import CHAT_TASKS
+from .claims import claim_rows, write_claims
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
@@ -721,7 +722,7 @@ REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "x
                 "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_points.md", "routing_points.csv",
                 "routing_conversion.md", "routing_conversion.csv", "routing_concentration.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
-                "per_run.md", "per_run.csv", "effects.png", "index.md")
+                "per_run.md", "per_run.csv", "effects.png", "claims.md", "claims.csv", "index.md")
 
 
 @functools.lru_cache(maxsize=4)
@@ -798,7 +799,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
-    files += write_table(xsa_diagnostic_rows(p, runs), out_dir, "xsa_diagnostics", "XSA's attention diagnostics over the seeds",
+    diagnostics = xsa_diagnostic_rows(p, runs)
+    files += write_table(diagnostics, out_dir, "xsa_diagnostics", "XSA's attention diagnostics over the seeds",
                          ["each diagnostic: its mean over layers on the evaluation's validation rows (`07c_diagnostics`)",
                           "diff: XSA α=1 − baseline, paired over seeds, with its 95 % interval; descriptions of the trained "
                           "models, outside the family of quality comparisons; at initialisation both arms are one model "
@@ -868,11 +870,12 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, "each run's own") + [
                              "train_s: training time in seconds (on a machine shared with other work it measures its "
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
+    files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat), out_dir, p.name)
     files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
     banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
     index = [f"# Results: `{p.name}` preset\n", *banner, f"{len(runs)} of {len(p.runs)} runs complete.\n",
-             "![effects](effects.png)\n"]
+             "![effects](effects.png)\n", "[Claims ledger](claims.md): every claim of the three studies beside ours.\n"]
     for name in ("xsa_muon", "xsa_diagnostics", "xsa_sweeps", "routing", "routing_points", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
     for png in ("xsa_muon", "xsa_sweeps", "routing_concentration", "routing_heatmaps", "routing_conversion"):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +22,7 @@ import xsa_nb
 
 # %% auto #0
 __all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'positive_int', 'check_device',
-           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table']
+           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -134,3 +136,9 @@ def markdown_table(rows: list[dict], empty: str = "_no rows_") -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(table_cell(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+# %% ../nbs/00a_utils.ipynb #5a1c0e02
+def sphinx_anchor(name: str) -> str:
+    "The HTML id Sphinx (docutils) gives a heading called `name`."
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"^[-0-9]+|-+$", "", re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()))
