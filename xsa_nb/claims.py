@@ -20,8 +20,8 @@ from .utils import atomic_write_text, markdown_table, sphinx_anchor
 __all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER', 'CONCENTRATION', 'CLAIMS',
            'COLUMNS', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core',
            'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight', 'routed',
-           'routing_vs_standard', 'routing_order', 'concentration', 'adjacent_cos', 'conversion', 'Claim',
-           'section_link', 'claim_rows', 'write_claims']
+           'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos', 'conversion',
+           'Claim', 'section_link', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -168,6 +168,12 @@ def routing_vs_standard(t: dict, residual: str) -> dict | None:
     return paired(r, f"{r['size']} {residual} − standard") if r else None
 
 
+def attnres_vs_plain(t: dict) -> dict | None:
+    "AttnRes − its control without residual scalars (`plain`) in val bpb: the routing alone, at our first routing depth."
+    r = next((r for r in ours_only(t["routing"]) if r["residual"] == "attnres" and r.get("reference") == "plain"), None)
+    return paired(r, f"{r['size']} attnres − plain") if r else None
+
+
 def routing_order(t: dict) -> dict | None:
     "Our residual presets ordered by mean val bpb, against the orders the paper's sizes give (means: not a test)."
     rows = routed(t)
@@ -285,6 +291,9 @@ CLAIMS = (
           f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
           concentration, ("03_routing", "Why routing over cumulative states collapses"),
           "direction only (ours: normalised for the number of sources, (max − 1/S)/(1 − 1/S))"),
+    Claim("delta_attnres_routing_alone", _DELTA, "AttnRes vs the standard residual, the routing alone (our control: "
+          "neither has nanochat's residual scalars)", f"{_ppl('attnres')} perplexity (against their standard model)",
+          attnres_vs_plain, ("03_routing", "The router, proved on a stack of known sublayers"), _PPL),
     Claim("delta_attnres_ppl", _DELTA, "AttnRes over cumulative states vs the standard residual (as theirs)",
           f"{_ppl('attnres')} perplexity", lambda t: routing_vs_standard(t, "attnres"),
           (_REPORT, "Study 3: delta routing"), _PPL),
