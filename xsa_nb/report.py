@@ -13,35 +13,30 @@ import math
 import statistics
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from .chat_data import CHAT_TASKS
 from .claims import claim_rows, write_claims
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
+from .figures import effects_figure, routing_figures, xsa_muon_figure, xsa_sweep_figure
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name, run_status
 from .routing import PRESET_SWITCHES
 from .checkpoint import copy_records, read_metrics
 from .config import TrainConfig, run_tokenizer
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
-from .stats import family_verdicts, paired_difference, ratio_interval, t_interval
+from .stats import family_verdicts, paired_difference, mean_interval, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['XSA_DIAGNOSTICS', 'SWEEP_AXES', 'SOURCE_STATS', 'VERDICT_COLOURS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
-           'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
-           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'val_band', 'xsa_muon_figure',
-           'xsa_diagnostic_rows', 'xsa_sweep_rows', 'xsa_sweep_figure', 'routed_points', 'point_label',
-           'concentration_by_point', 'mean_interval', 'routing_point_rows', 'perplexity', 'routing_rows',
-           'conversion_points', 'conversion_rows', 'jump_ratios', 'routing_figures', 'chatcore_rows', 'effects_figure',
-           'report_effects', 'family_members', 'apply_family', 'family_note', 'keep_records', 'count_references',
-           'check_one_commit', 'xsa_seeds_note', 'write_report']
+__all__ = ['XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+           'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result',
+           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
+           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
+           'routed_points', 'point_label', 'concentration_by_point', 'routing_point_rows', 'perplexity', 'routing_rows',
+           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'report_effects', 'family_members',
+           'apply_family', 'family_note', 'keep_records', 'count_references', 'check_one_commit', 'xsa_seeds_note',
+           'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -215,51 +210,6 @@ def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                                                   "verdict": "as published"})
     return rows
 
-
-def val_band(rs: list[dict]) -> tuple[list[int], list[float], list[float], list[float]]:
-    "Steps, mean, min and max over runs of the validation bpb at each evaluation the runs share (after step 0)."
-    vals = [[m for m in r["val"] if m["step"] > 0] for r in rs]  # the untrained model's bpb would flatten the rest
-    n = min(map(len, vals))
-    at = [[v[i]["val_bpb"] for v in vals] for i in range(n)]
-    return [m["step"] for m in vals[0][:n]], [statistics.fmean(x) for x in at], [min(x) for x in at], [max(x) for x in at]
-
-
-def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
-    "Loss curves per depth (baseline vs XSA) and per-layer attention diagnostics, in one PNG."
-    s = preset.scale
-    fig, axes = plt.subplots(2, len(s.depths), figsize=(max(7.5, 5.5 * len(s.depths)), 7.5), squeeze=False)  # room for the title
-    for j, depth in enumerate(s.depths):
-        a, b = axes[0, j], axes[1, j]
-        for v, label, color in (("base", "baseline", "C0"), ("xsa", "XSA α=1", "C3")):
-            rs = _seeds(runs, depth, v, s.seeds)
-            if not rs:
-                continue
-            steps, mean, lo, hi = val_band(rs)
-            a.plot(steps, mean, "o-", ms=3, color=color, label=f"{label} ({len(rs)} seed{'s' * (len(rs) > 1)})")
-            a.fill_between(steps, lo, hi, color=color, alpha=0.2)
-            att = [r["eval"]["attention"] for r in rs]
-            layers = range(len(att[0]["cos_before"]))
-            mean = lambda key: [statistics.fmean(x[key][i] for x in att) for i in layers]
-            b.plot(layers, mean("cos_before"), "o-", color=color, label=f"{label}: cos(y, v) before XSA")
-            if v == "xsa":
-                b.plot(layers, mean("cos_after"), "s--", color=color, label=f"{label}: cos(y, v) after XSA")
-            b.plot(layers, mean("diagonal_mass"), "^:", color=color, alpha=0.7, label=f"{label}: diagonal mass a_ii")
-        a.set(xlabel="step (updates applied)", ylabel="validation bits per byte (band: seed range)",
-              title=f"d{depth}: validation, baseline vs XSA")
-        b.set_xticks(range(depth))
-        b.set(xlabel="layer (0 = nearest the input)", ylabel="mean over tokens and heads",
-              title=f"d{depth}: self-alignment before XSA's projection (after it: 0 by construction)")
-        b.axhline(0, color="grey", lw=0.5)
-        for ax in (a, b):
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-    fig.suptitle(f"XSA under Muon ({preset.name} preset): validation curves and attention diagnostics")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
-
 # %% ../nbs/12_report.ipynb #d1a60002
 XSA_DIAGNOSTICS = {"cos_before": "cos(y, v) before the projection", "cos_before_centred": "cos(y, v) before, centred",
                    "diagonal_mass": "diagonal attention mass a_ii"}
@@ -315,49 +265,6 @@ def xsa_sweep_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                                                       {}).get("bigram_bpb")})
     return rows
 
-
-SWEEP_AXES = {"size": "parameters (millions)", "sequence length": "sequence length (tokens)",
-              "learning-rate scale": "learning-rate scale (× the recipe's)"}
-
-
-def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
-    "Gain of XSA vs each sweep the preset has (family-corrected intervals where there are seeds), then the sink panel, in one PNG."
-    sweeps = [s for s in SWEEP_AXES if any(r["sweep"] == s for r in rows)]
-    fig, axes = plt.subplots(1, len(sweeps) + 1, figsize=(5 * len(sweeps) + 4, 3.8), squeeze=False,
-                             gridspec_kw={"width_ratios": [1] * len(sweeps) + [0.7]})
-    for ax, sweep in zip(axes[0], sweeps):
-        xlabel, pts = SWEEP_AXES[sweep], [r for r in rows if r["sweep"] == sweep]
-        xs = [r["params"] / 1e6 if sweep == "size" else float(r["setting"].split("=")[-1].lstrip("×")) for r in pts]
-        ax.plot(xs, [r["change_pct"] for r in pts], "o-", color="C3", label="XSA vs baseline")
-        for x, r in zip(xs, pts):
-            if r["ci_low"] is not None:
-                lo, hi = (100 * r[k] / r["base_val_bpb"] for k in ("ci_low", "ci_high"))
-                ax.errorbar([x], [r["change_pct"]], yerr=[[r["change_pct"] - lo], [hi - r["change_pct"]]],
-                            color="C3", capsize=3)
-        ax.axhline(0, color="grey", lw=0.8)
-        if sweep != "size":
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [f"{x:g}" for x in xs])
-            ax.minorticks_off()
-        ax.set(xlabel=xlabel, ylabel="val bpb change (%), < 0: XSA better", title=f"XSA gain vs {sweep}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, title="bars: paired interval, Holm level (≥ 2 seeds)", title_fontsize=7)
-    sink = [r for r in rows if r["sweep"] == "sink baseline"]
-    ax = axes[0][-1]
-    if len(sink) == 2:
-        vals = [sink[0]["base_val_bpb"], sink[0]["xsa_val_bpb"], sink[1]["xsa_val_bpb"]]
-        ax.bar(["baseline", "learned sink", "XSA α=1"], vals, color=["C0", "C2", "C3"])
-        lo, hi = min(vals), max(vals)
-        ax.set_ylim(lo - 0.5 * (hi - lo + 0.01), hi + 0.5 * (hi - lo + 0.01))
-    ax.set(ylabel="val bits per byte", title="XSA vs a learned-sink baseline (1 seed)")
-    ax.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"XSA paper sweeps ({preset.name} preset; one seed per point unless marked, exploratory)",
-                 fontsize=10 if len(sweeps) < 2 else 12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
-
 # %% ../nbs/12_report.ipynb #e7f68ea4
 SOURCE_STATS = {"outputs": "deltas", "states": "states", "blocks": "blocks", "blocks_partial": "blocks"}
 "The diagnostics' name (`07c_diagnostics`) for the sources a preset routes over (`PRESET_SWITCHES`, `03_routing`)."
@@ -385,12 +292,6 @@ def concentration_by_point(runs: dict, depth: int, name: str, seeds) -> dict[str
             for key in ("concentration", "normalised_entropy"):
                 point[key][seed] = p[key]
     return points
-
-
-def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
-    "The mean of `values` over seeds and its Student-t interval at `level` (None, None for one value)."
-    mean = statistics.fmean(values)
-    return (mean, *t_interval(mean, statistics.stdev(values), len(values), level)) if len(values) > 1 else (mean, None, None)
 
 
 def routing_point_rows(preset: Preset, runs: dict) -> list[dict]:
@@ -513,82 +414,6 @@ def jump_ratios(preset: Preset, runs: dict, numerator: str = "attnres") -> list[
                    f"{r['seeds']} paired seeds (`12a_stats`; a ratio of two estimates, not a verdict)")
     return out
 
-
-def routing_figures(preset: Preset, runs: dict, out_dir: Path) -> list[Path]:
-    "routing_concentration.png, routing_heatmaps.png and routing_conversion.png."
-    s = preset.scale
-    fig, axes = plt.subplots(1, len(s.routing_depths), figsize=(5.5 * len(s.routing_depths), 3.8), squeeze=False)
-    for ax, depth in zip(axes[0], s.routing_depths):
-        names = [f"{i // 2}.{('attn', 'mlp')[i % 2]}" for i in range(2 * depth)] + ["final"]
-        for k, name in enumerate(s.routing):
-            points = concentration_by_point(runs, depth, name, s.routing_seeds)
-            if points:
-                xs = [names.index(label) + 0.06 * (k - 1) for label in points]  # side by side at each point
-                stats = [mean_interval(list(p["concentration"].values())) for p in points.values()]
-                err = [[m - lo if lo is not None else 0 for m, lo, _ in stats], [hi - m if hi is not None else 0
-                                                                                for m, _, hi in stats]]
-                seeds = max(len(p["concentration"]) for p in points.values())
-                ax.errorbar(xs, [m for m, _, _ in stats], yerr=err, fmt="o-", color=f"C{k}", capsize=3,
-                            label=f"{name} ({seeds} seed{'s' * (seeds > 1)})")
-        ax.axhline(0, color="grey", ls=":", lw=1, label="untrained (zero queries: uniform weights)")
-        ax.set_xticks(range(len(names)), names, rotation=45, fontsize=7)
-        ax.set(xlabel="routing point (layer.site; final = read before the head); points with one source left out",
-               ylabel="(max − 1/S) / (1 − 1/S), mean over tokens", title=f"d{depth}: how sharply each point routes",
-               ylim=(-0.05, 1.05))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Routing concentration ({preset.name} preset): 0 = uniform over the point's S sources, 1 = one "
-                 "source; mean over seeds, 95 % interval", fontsize=9)
-    fig.tight_layout()
-    paths = [out_dir / "routing_concentration.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    done = [d for d in s.routing_depths if any(run_name(d, n) in runs for n in s.routing)]
-    depth = done[-1] if done else s.routing_depths[-1]  # the largest depth with routed runs
-    shown = [n for n in s.routing if run_name(depth, n) in runs and runs[run_name(depth, n)]["eval"].get("routing")]
-    fig, axes = plt.subplots(max(1, len(shown)), 2, figsize=(11, 3.2 * max(1, len(shown))), squeeze=False)
-    for row, name in zip(axes, shown):
-        points = runs[run_name(depth, name)]["eval"]["routing"]["points"]
-        for ax, site, label in zip(row, ("attn", "mlp"), ("pre-attention", "pre-MLP")):
-            pts = [p for p in points if p["site"] == site]
-            width = max(len(p["weights"]) for p in pts)
-            grid = [[p["weights"][i] if i < len(p["weights"]) else float("nan") for i in range(width)] for p in pts]
-            im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-            ax.set_yticks(range(len(pts)), [str(p["layer"]) for p in pts])
-            ax.set_xticks(range(width))
-            ax.set(xlabel="source (0 = embedding, then in depth order)", ylabel="layer",
-                   title=f"d{depth} {name}: {label} routing weights")
-            fig.colorbar(im, ax=ax, label="mean weight")
-    if not shown:
-        axes[0, 0].text(0.5, 0.5, "no routed runs complete yet", ha="center")
-    fig.tight_layout()
-    paths.append(out_dir / "routing_heatmaps.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    small = s.depths[0]
-    for k, target in enumerate(("standard",) + s.convert_to):
-        curves = [runs[n]["val"] for seed in s.convert_seeds if (n := run_name(small, f"conv_{target}", seed)) in runs]
-        if curves:  # every seed's run evaluates at the same steps: average point by point
-            n = min(map(len, curves))
-            xs = [m["step"] - curves[0][0]["step"] for m in curves[0][:n]]
-            ax.plot(xs, [statistics.fmean(c[i]["val_bpb"] for c in curves) for i in range(n)], "o-", color=f"C{k}",
-                    lw=2.5 - 0.5 * k, ms=4, label=f"continued as {target} ({len(curves)} seed{'s' * (len(curves) > 1)})")
-    ax.axvline(0, color="grey", ls="--", lw=0.8)
-    ax.set(xlabel="updates after conversion (0: converted weights, before any update)",
-           ylabel="validation bits per byte (mean over seeds)",
-           title=f"d{small}: converting trained baselines (standard = the control)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "routing_conversion.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
-
 # %% ../nbs/12_report.ipynb #1a12faf7
 def chatcore_rows(preset: Preset, runs: dict) -> list[dict]:
     "ChatCORE and per-task accuracy of the fine-tuned baseline and XSA models, then the published pair."
@@ -620,33 +445,6 @@ def chatcore_rows(preset: Preset, runs: dict) -> list[dict]:
     return rows
 
 # %% ../nbs/12_report.ipynb #9fb01600
-VERDICT_COLOURS = {"better": "tab:green", "worse": "tab:red", "jumps": "tab:red", "not resolved": "tab:gray"}
-
-
-def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) -> Path:
-    "One row per (label, {diff, low, high, verdict}): the difference and its interval, coloured by the verdict."
-    comparisons = [(label, r) for label, r in comparisons if r.get("diff") is not None]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(comparisons) + 1.4))
-    for y, (label, r) in enumerate(reversed(comparisons)):
-        colour = VERDICT_COLOURS.get(r["verdict"], "tab:blue")
-        if r.get("low") is not None:
-            ax.errorbar([r["diff"]], [y], xerr=[[r["diff"] - r["low"]], [r["high"] - r["diff"]]], fmt="o", color=colour,
-                        capsize=3)
-        else:  # one seed: a point without an interval, hollow
-            ax.plot([r["diff"]], [y], "o", mfc="none", color=colour)
-    ax.set_yticks(range(len(comparisons)), [label for label, _ in reversed(comparisons)], fontsize=8)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set(xlabel="difference in validation bits per byte (< 0: lower than the reference)", title=title)
-    ax.grid(alpha=0.3, axis="x")
-    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v != "jumps"]
-    handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", color="tab:blue", label="exploratory (1 seed)"))
-    ax.legend(handles=handles, fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
-
-
 def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
     "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
     pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
@@ -864,7 +662,9 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              if any(r["summary"]["device"] == "cpu" for r in runs.values()) else
                              f"fine-tuned with 14_sft on {p.scale.sft.get('chat_dir', 'the committed sample')}",
                              PUBLISHED_NOTES["chatcore"]])
-    files += routing_figures(p, runs, out_dir)
+    concentration = {(d, n): concentration_by_point(runs, d, n, p.scale.routing_seeds)
+                     for d in p.scale.routing_depths for n in p.scale.routing}
+    files += routing_figures(p, runs, concentration, out_dir)
     per_run = per_run_rows(p, runs)
     files += write_table(per_run, out_dir, "per_run", "Every run: the values the tables' means are made of",
                          context_notes(p, runs, "each run's own") + [

@@ -13,8 +13,8 @@ from scipy.stats import nct
 from scipy.stats import t as student_t
 
 # %% auto #0
-__all__ = ['t_interval', 'p_value', 'verdict', 'paired_difference', 'holm_adjusted', 'holm_levels', 't_test_power', 'mde_formula',
-           'min_detectable_effect', 'family_verdicts', 'ratio_interval']
+__all__ = ['t_interval', 'p_value', 'verdict', 'paired_difference', 'mean_interval', 'holm_adjusted', 'holm_levels',
+           't_test_power', 'mde_formula', 'min_detectable_effect', 'family_verdicts', 'ratio_interval']
 
 # %% ../nbs/12a_stats.ipynb #c097c34c
 def _check_seeds(n: int) -> None:
@@ -64,6 +64,12 @@ def paired_difference(base: dict[int, float], variant: dict[int, float], lower_i
         low, high = t_interval(diff, sd, len(seeds), confidence)
         out.update(sd=sd, ci_low=low, ci_high=high, level=confidence, verdict=verdict(low, high, lower_is_better))
     return out
+
+# %% ../nbs/12a_stats.ipynb #4982968f
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
+    "The mean of `values` over seeds and its Student-t interval at `level` (None, None for one value)."
+    mean = statistics.fmean(values)
+    return (mean, *t_interval(mean, statistics.stdev(values), len(values), level)) if len(values) > 1 else (mean, None, None)
 
 # %% ../nbs/12a_stats.ipynb #267d5142
 def _check_p_values(p_values: list[float], alpha: float = 0.05) -> None:
