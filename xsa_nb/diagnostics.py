@@ -5,14 +5,13 @@
 # %% ../nbs/07c_diagnostics.ipynb #1d3e62ff
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .xsa import attention_weights, own_value_cosine
+from .xsa import attention_weights, own_value_cosine, own_weight
 
 # %% auto #0
 __all__ = ['attention_stats', 'capture_attention', 'attention_diagnostics', 'source_stacks', 'adjacent_source_cosine',
@@ -23,7 +22,6 @@ def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1
     "Per-head means over tokens: cos(y, own v) before/after XSA (raw and centred), diagonal mass, entropy (nats)."
     a = attention_weights(q, k, window)
     t_q, t_k, h_kv = q.shape[1], k.shape[1], k.shape[2]
-    own = torch.arange(t_q, device=q.device)
     v_own = v[:, t_k - t_q:].float()
     y_plain = torch.einsum("bhgqk,bkhd->bqhgd", a.unflatten(1, (h_kv, -1)), v.float()).flatten(2, 3)
     keep = slice(1 if t_q == t_k else 0, None)  # absolute position 0 attends only to itself: no direction after XSA
@@ -37,28 +35,14 @@ def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1
     plogp = torch.where(a > 0, a * a.clamp_min(1e-30).log(), 0.0)
     return {"cos_before": cos(y_plain, False), "cos_before_centred": cos(y_plain, True),
             "cos_after": cos(y, False), "cos_after_centred": cos(y, True),
-            "diagonal_mass": a[..., own, own + t_k - t_q].mean((0, 2)), "entropy": -plogp.sum(-1).mean((0, 2))}
+            "diagonal_mass": own_weight(a), "entropy": -plogp.sum(-1).mean((0, 2))}
 
 # %% ../nbs/07c_diagnostics.ipynb #29a23594
 @contextmanager
 def capture_attention(model):
-    "Within the block, collect what each layer's attention hands its `recorder`: {layer: {'q','k','v','y','alpha','window'}}."
-    attns = [block.attn for block in model.transformer.h]
-    records: dict[int, dict] = {}
-
-    def recorder(layer: int) -> Callable[[dict], None]:
-        def record(r: dict) -> None:
-            alpha = r["alpha"].detach().float().cpu() if isinstance(r["alpha"], Tensor) else float(r["alpha"])
-            records[layer] = {n: r[n].detach() for n in ("q", "k", "v", "y")} | {"alpha": alpha, "window": r["window"]}
-        return record
-
-    for i, attn in enumerate(attns):
-        attn.recorder = recorder(i)
-    try:
-        yield records
-    finally:
-        for attn in attns:
-            attn.recorder = None
+    "Within the block, every layer's attention records itself (`recording()`): {layer: {'q','k','v','y','alpha','window'}}."
+    with ExitStack() as stack:
+        yield {i: stack.enter_context(block.attn.recording()) for i, block in enumerate(model.transformer.h)}
 
 
 @torch.no_grad()

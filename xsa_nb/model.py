@@ -5,7 +5,8 @@
 # %% ../nbs/04_model.ipynb #e44b030a
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -187,7 +188,16 @@ class CausalSelfAttention(nn.Module):
         self.xsa_alpha = config.xsa_alpha if layer_idx in config.xsa_layer_ids() else 0.0
         self.xsa_gate = nn.Parameter(torch.zeros(config.n_head)) if config.xsa_gate and self.xsa_alpha > 0 else None
         self.attn_sink = nn.Parameter(torch.zeros(config.n_head)) if config.attn_sink else None
-        self.recorder: Callable[[dict], None] | None = None  # diagnostics: handed q, k, v, y, alpha, window
+        self.recorder: dict | None = None  # set by `recording()`: what the last forward pass attended with
+
+    @contextmanager
+    def recording(self) -> Iterator[dict]:
+        "Within the block, every forward pass leaves q, k, v, y, alpha and window (as `attend` saw them) in the yielded dict."
+        self.recorder = {}
+        try:
+            yield self.recorder
+        finally:
+            self.recorder = None
 
     def alpha(self) -> float | Tensor:
         "This layer's XSA strength: a float, or a per-head tensor when gated."
@@ -211,7 +221,7 @@ class CausalSelfAttention(nn.Module):
         alpha = alpha if isinstance(alpha, float) else alpha.to(q.dtype)
         y = attend(q, k, v, alpha, window, self.impl, self.backend)
         if self.recorder is not None:
-            self.recorder(dict(q=q, k=k, v=v, y=y, alpha=alpha, window=window))
+            self.recorder.update(q=q, k=k, v=v, y=y, alpha=alpha, window=window)
         if self.attn_sink is not None:
             y = y * sink_keep(q, k, self.attn_sink, window)
         return self.c_proj(y.reshape(B, T, -1))

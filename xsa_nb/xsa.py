@@ -16,7 +16,7 @@ from .utils import check_impl
 # %% auto #0
 __all__ = ['ATTENTION_BACKENDS', 'xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'sdpa_attention', 'attend',
            'flex_block_mask', 'compiled_flex_attention', 'flex_attention_windowed', 'self_alignment',
-           'attention_scores', 'attention_weights', 'diagonal_attention_mass']
+           'attention_scores', 'attention_weights', 'own_weight', 'diagonal_attention_mass']
 
 # %% ../nbs/01_xsa.ipynb #61cd71d8
 def xsa_plain(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0) -> Tensor:
@@ -221,8 +221,13 @@ def attention_weights(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
     return attention_scores(q, k, window).softmax(-1)
 
 
+def own_weight(a: Tensor) -> Tensor:
+    "Mean self weight a_ii of weights (B, H, Tq, Tk) whose queries are the last Tq keys, over batch and queries: (H,)."
+    t_q, t_k = a.shape[-2:]
+    own = torch.arange(t_q, device=a.device)
+    return a[..., own, own + t_k - t_q].mean(dim=(0, 2))
+
+
 def diagonal_attention_mass(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
     "Mean self weight a_ii (attention on the query's own key) over batch and queries, per query head: shape (H,)."
-    t_q, t_k = q.shape[1], k.shape[1]
-    own = torch.arange(t_q, device=q.device)
-    return attention_weights(q, k, window)[..., own, own + t_k - t_q].mean(dim=(0, 2))
+    return own_weight(attention_weights(q, k, window))
