@@ -11,7 +11,7 @@ from pathlib import Path
 from .chat_data import chat_sample_dir
 from .config import TrainConfig, validate
 from .published import PUBLISHED_SHAPES
-from .recipe import run_plan
+from .recipe import ASSUMED_MFU, run_plan
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PIPELINE_CHECKS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
@@ -246,7 +246,8 @@ def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1) -> li
         rows.append(dict(run=run.name, device=s["device"], dtype=s["dtype"], seq_len=s["seq_len"],
                          windows=s["window_pattern"], depth=r["n_layer"], width=r["n_embd"], heads=r["n_head"],
                          params=r["params"], tokens=r["tokens"], steps=r["steps"], batch=r["total_batch_size"],
-                         matrix_lr=r["matrix_lr"], seconds=plan["estimated_seconds"], data=plan["data"]))
+                         matrix_lr=r["matrix_lr"], seconds=plan["estimated_seconds"], data=plan["data"],
+                         peak_flops=plan["peak_flops"], peak_source=plan["peak_source"]))
     return rows
 
 
@@ -260,7 +261,8 @@ def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1) -> str:
     need, fetch, size = most("shards_needed"), most("shards_to_fetch"), most("bytes_to_fetch")
     data = rows[0]["data"]["data_dir"] if rows else "-"
     tail = [f"{len(rows)} runs of preset {preset} on {nproc} process(es): {sum(r['tokens'] for r in rows):,} training tokens, "
-            f"about {sum(r['seconds'] for r in rows) / 3600:.1f} h of training (evaluation not included)",
+            f"about {sum(r['seconds'] for r in rows) / 3600:.1f} h (training, its validations and each run's start-up; "
+            f"at {ASSUMED_MFU:.0%} of {rows[0]['peak_flops'] if rows else 0:.3g} FLOP/s, {rows[0]['peak_source'] if rows else '-'})",
             f"data: {data}" + (f"; {need} training shards needed, {fetch} to fetch ({size / 1e9:.1f} GB)" if need else "")]
     sft = [r.name for r in get_preset(preset).runs if r.kind == "sft"]
     if sft:

@@ -29,7 +29,7 @@ from .stats import family_verdicts, paired_difference, mean_interval, ratio_inte
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+__all__ = ['BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
            'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result',
            'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
@@ -60,8 +60,9 @@ def read_runs(preset: Preset, runs_dir: Path) -> dict[str, dict]:
     return {k: v for k, v in runs.items() if v is not None}
 
 # %% ../nbs/12_report.ipynb #cbbfcdb3
-def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str]) -> list[Path]:
-    "Write `name`.csv and `name`.md (title, notes, table) into `out_dir`; return both paths."
+def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str],
+                units: dict[str, str] | None = None) -> list[Path]:
+    "Write `name`.csv and `name`.md (title, notes, table; the headers of the columns in `units` carry their unit) into `out_dir`; return both paths."
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
@@ -70,9 +71,13 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
         w.writeheader()
         w.writerows(rows)
     atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
-    md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_")
+    md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_", units=units)
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
+
+
+BPB_UNITS = {c: "bpb" for c in ("diff", "sd_diff", "ci_low", "ci_high", "mde", "val_before", "at_conversion", "jump",
+                                "jump_sd", "jump_low", "jump_high", "jump_mde", "vs_control")} | {"change_pct": "%"}
 
 # %% ../nbs/12_report.ipynb #66206eab
 def _seeds(runs: dict, depth: int, variant: str, seeds) -> list[dict]:
@@ -593,7 +598,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
              "count models from the training split scored on the same validation rows (no training)")
     speed_note = "speed: see the benchmark (`13_bench`); run logs on a shared machine measure its load"
     files = write_table(muon, out_dir, "xsa_muon", "XSA under Muon: baseline vs XSA",
-                        notes + [core_note, units, verdict_note, PUBLISHED_NOTES["xsa_muon"], speed_note])
+                        notes + [core_note, units, verdict_note, PUBLISHED_NOTES["xsa_muon"], speed_note], BPB_UNITS)
     headline = (out_dir / "xsa_muon.md").read_text().replace("### XSA under Muon", "### Headline: XSA under Muon", 1)
     atomic_write_text(out_dir / "headline.md", headline)
     files += [out_dir / "headline.md", xsa_muon_figure(p, runs, out_dir / "xsa_muon.png")]
@@ -608,7 +613,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     files += write_table(sweep, out_dir, "xsa_sweeps", title,
                          context_notes(p, runs, "1 per point" + (" except the size sweep (every seed of its depths)"
                                                                  if "size" in swept else "")) + [
-                             "bigram_bpb: the bigram count model at that point's evaluation shape", verdict_note])
+                             "bigram_bpb: the bigram count model at that point's evaluation shape", verdict_note], BPB_UNITS)
     files.append(xsa_sweep_figure(p, sweep, out_dir / "xsa_sweeps.png"))
     routing_seeds = (f"{len(p.scale.routing_seeds)} at depth {p.scale.depths[0]}"
                      + (", 1 at other depths" if set(p.scale.routing_depths) - {p.scale.depths[0]} else ""))
@@ -624,7 +629,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "sources (mean); 0 = uniform, as every point is untrained; per point in routing_points",
                              "adjacent_source_cos: mean cosine of neighbouring sources, mean over seeds; memory: router "
                              "sources kept per token (activation memory grows with it); bytes in the benchmark",
-                             verdict_note, PUBLISHED_NOTES["routing"]])
+                             verdict_note, PUBLISHED_NOTES["routing"]], BPB_UNITS)
     files += write_table(routing_point_rows(p, runs), out_dir, "routing_points",
                          "Delta routing: how sharply each routing point routes, over the seeds",
                          context_notes(p, runs, routing_seeds) + [
@@ -649,7 +654,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "reproducibility; not in the family)",
                              f"after_{p.scale.convert_steps}_steps: val bpb at the end; vs_control: paired difference "
                              "from the standard arm over control_seeds, with its interval and verdict", verdict_note]
-                         + jump_ratios(p, runs))
+                         + jump_ratios(p, runs), BPB_UNITS | {f"after_{p.scale.convert_steps}_steps": "bpb"})
     files += write_table(chat, out_dir, "chatcore", "Chat models: ChatCORE after fine-tuning",
                          context_notes(p, runs, "1 (exploratory)") + [
                              "ChatCORE: mean over the five tasks of (accuracy − chance) / (1 − chance); chance 0.25 "

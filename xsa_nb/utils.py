@@ -128,12 +128,12 @@ def table_cell(v) -> str:
     return str(v)
 
 
-def markdown_table(rows: list[dict], empty: str = "_no rows_") -> str:
-    "GitHub Markdown table of `rows` (columns: the first row's keys; a key a row lacks is '–'); `empty` if none."
+def markdown_table(rows: list[dict], empty: str = "_no rows_", units: dict[str, str] | None = None) -> str:
+    "GitHub Markdown table of `rows` (columns: the first row's keys; a key a row lacks is '–'); `empty` if none. A column named in `units` has its unit in the header."
     if not rows:
         return empty + "\n"
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    cols, units = list(rows[0]), units or {}
+    lines = ["| " + " | ".join(f"{c} ({units[c]})" if c in units else c for c in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(table_cell(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
