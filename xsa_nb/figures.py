@@ -17,8 +17,16 @@ from .experiments import Preset, run_name
 from .stats import mean_interval
 
 # %% auto #0
-__all__ = ['SWEEP_AXES', 'VERDICT_COLOURS', 'val_band', 'xsa_muon_figure', 'xsa_sweep_figure', 'routing_figures',
+__all__ = ['SWEEP_AXES', 'VERDICT_COLOURS', 'save_figure', 'val_band', 'xsa_muon_figure', 'xsa_sweep_figure', 'routing_figures',
            'effects_figure']
+
+# %% ../nbs/12d_figures.ipynb #3b2b78fa
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    "Write `fig` to the PNG `path`, its box grown to hold every title and label (none is cut off), and close it."
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
 
 # %% ../nbs/12d_figures.ipynb #6e84761b
 def val_band(rs: list[dict]) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -60,10 +68,7 @@ def xsa_muon_figure(preset: Preset, runs: dict, path: Path) -> Path:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
     fig.suptitle(f"XSA under Muon ({preset.name} preset): validation curves and attention diagnostics")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 # %% ../nbs/12d_figures.ipynb #b31c2fea
 SWEEP_AXES = {"size": "parameters (millions)", "sequence length": "sequence length (tokens)",
@@ -96,17 +101,16 @@ def xsa_sweep_figure(preset: Preset, rows: list[dict], path: Path) -> Path:
     ax = axes[0][-1]
     if len(sink) == 2:
         vals = [sink[0]["base_val_bpb"], sink[0]["xsa_val_bpb"], sink[1]["xsa_val_bpb"]]
-        ax.bar(["baseline", "learned sink", "XSA α=1"], vals, color=["C0", "C2", "C3"])
+        ax.scatter(range(3), vals, s=80, c=["C0", "C2", "C3"], zorder=3)  # points, not bars: the axis does not start at 0
+        ax.set_xticks(range(3), ["baseline", "learned sink", "XSA α=1"])
+        ax.set_xlim(-0.5, 2.5)
         lo, hi = min(vals), max(vals)
         ax.set_ylim(lo - 0.5 * (hi - lo + 0.01), hi + 0.5 * (hi - lo + 0.01))
     ax.set(ylabel="val bits per byte", title="XSA vs a learned-sink baseline (1 seed)")
     ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"XSA paper sweeps ({preset.name} preset; one seed per point unless marked, exploratory)",
                  fontsize=10 if len(sweeps) < 2 else 12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 # %% ../nbs/12d_figures.ipynb #6bf94a0a
 def routing_figures(preset: Preset, runs: dict, concentration: dict[tuple[int, str], dict], out_dir: Path) -> list[Path]:
@@ -130,15 +134,12 @@ def routing_figures(preset: Preset, runs: dict, concentration: dict[tuple[int, s
         ax.set_xticks(range(len(names)), names, rotation=45, fontsize=7)
         ax.set(xlabel="routing point (layer.site; final = read before the head); points with one source left out",
                ylabel="(max − 1/S) / (1 − 1/S), mean over tokens", title=f"d{depth}: how sharply each point routes",
-               ylim=(-0.05, 1.05))
+               ylim=(-0.05, None))  # no top: an interval over seeds may pass 1
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: no point hidden
     fig.suptitle(f"Routing concentration ({preset.name} preset): 0 = uniform over the point's S sources, 1 = one "
                  "source; mean over seeds, 95 % interval", fontsize=9)
-    fig.tight_layout()
-    paths = [out_dir / "routing_concentration.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths = [save_figure(fig, out_dir / "routing_concentration.png")]
 
     done = [d for d in s.routing_depths if any(run_name(d, n) in runs for n in s.routing)]
     depth = done[-1] if done else s.routing_depths[-1]  # the largest depth with routed runs
@@ -154,14 +155,11 @@ def routing_figures(preset: Preset, runs: dict, concentration: dict[tuple[int, s
             ax.set_yticks(range(len(pts)), [str(p["layer"]) for p in pts])
             ax.set_xticks(range(width))
             ax.set(xlabel="source (0 = embedding, then in depth order)", ylabel="layer",
-                   title=f"d{depth} {name}: {label} routing weights")
+                   title=f"d{depth} {name}: {label} routing weights (first seed)")
             fig.colorbar(im, ax=ax, label="mean weight")
     if not shown:
         axes[0, 0].text(0.5, 0.5, "no routed runs complete yet", ha="center")
-    fig.tight_layout()
-    paths.append(out_dir / "routing_heatmaps.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "routing_heatmaps.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     small = s.depths[0]
@@ -179,10 +177,7 @@ def routing_figures(preset: Preset, runs: dict, concentration: dict[tuple[int, s
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "routing_conversion.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "routing_conversion.png"))
     return paths
 
 # %% ../nbs/12d_figures.ipynb #e5b6610d
@@ -207,7 +202,4 @@ def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) 
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v != "jumps"]
     handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", color="tab:blue", label="exploratory (1 seed)"))
     ax.legend(handles=handles, fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)

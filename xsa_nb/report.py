@@ -34,8 +34,8 @@ __all__ = ['BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMP
            'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
            'routed_points', 'point_label', 'concentration_by_point', 'routing_point_rows', 'perplexity', 'routing_rows',
-           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'report_effects', 'family_members',
-           'apply_family', 'family_note', 'keep_records', 'count_references', 'check_one_commit', 'xsa_seeds_note',
+           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'family_members', 'apply_family',
+           'family_note', 'report_effects', 'keep_records', 'count_references', 'check_one_commit', 'xsa_seeds_note',
            'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
@@ -71,7 +71,8 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
         w.writeheader()
         w.writerows(rows)
     atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
-    md = f"### {title}\n\n" + "".join(f"- {n}\n" for n in notes) + "\n" + markdown_table(rows, empty="_no complete runs yet_", units=units)
+    notes_md = "".join(f"- {n}\n" for n in notes) + "\n" if notes else ""
+    md = f"### {title}\n\n" + notes_md + markdown_table(rows, empty="_no complete runs yet_", units=units)
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
 
@@ -449,20 +450,6 @@ def chatcore_rows(preset: Preset, runs: dict) -> list[dict]:
                                                   "verdict": "as published"})
     return rows
 
-# %% ../nbs/12_report.ipynb #9fb01600
-def report_effects(muon: list[dict], routing: list[dict], conversion: list[dict]) -> list[tuple[str, dict]]:
-    "The paired comparisons of the three tables, labelled, as rows for `effects_figure`."
-    pick = lambda r, d, lo, hi, v: {"diff": r[d], "low": r[lo], "high": r[hi], "verdict": r[v]}
-    out = [(f"d{r['depth']} {r['variant']} − baseline (n={r['seeds']})", pick(r, "diff", "ci_low", "ci_high", "verdict"))
-           for r in muon if r["source"].startswith("ours") and r["variant"] != "baseline"]
-    out += [(f"{r['size']} {r['residual']} − {r['reference']} (n={r['seeds']})",
-             pick(r, "diff", "ci_low", "ci_high", "verdict"))
-            for r in routing if r["source"].startswith("ours") and r["residual"] != "standard"]
-    out += [(f"converted to {r['converted_to']}: jump at conversion (n={r['seeds']})",
-             pick(r, "jump", "jump_low", "jump_high", "jump_verdict"))
-            for r in conversion if r["converted_to"] != "standard"]
-    return out
-
 # %% ../nbs/12_report.ipynb #fa111002
 FAMILY_ALPHA = 0.05
 "The chance of any false verdict in the report's family (Holm)."
@@ -473,9 +460,9 @@ JUMP = {"seeds": "seeds", "diff": "jump", "sd": "jump_sd", "ci_low": "jump_low",
 VS_CONTROL = COMPARISON | {"seeds": "control_seeds", "diff": "vs_control"}
 
 
-def family_members(muon: list[dict], sweep: list[dict], routing: list[dict],
-                   conversion: list[dict]) -> list[tuple[str, dict, dict]]:
-    "The report's comparisons with two seeds or more, the XSA headline first: (label, row, the row's columns for it)."
+def family_members(muon: list[dict], sweep: list[dict], routing: list[dict], conversion: list[dict],
+                   min_seeds: int = 2) -> list[tuple[str, dict, dict]]:
+    "The report's comparisons with `min_seeds` seeds or more, the XSA headline first: (label, row, its columns for it)."
     ours = lambda rows: [r for r in rows if r["source"].startswith("ours")]
     members = [(f"d{r['depth']} {r['variant']} − baseline", r, COMPARISON) for r in ours(muon) if r["variant"] != "baseline"]
     members += [(f"{r['setting']} XSA α=1 − baseline" if r["sweep"] == "size" else f"{r['sweep']} {r['setting']}", r,
@@ -485,7 +472,7 @@ def family_members(muon: list[dict], sweep: list[dict], routing: list[dict],
     for r in (r for r in conversion if r["converted_to"] != "standard"):
         members += [(f"converted to {r['converted_to']}: jump at conversion", r, JUMP),
                     (f"converted to {r['converted_to']}: vs control after continued training", r, VS_CONTROL)]
-    return [(label, row, cols) for label, row, cols in members if (row[cols["seeds"]] or 0) >= 2]
+    return [(label, row, cols) for label, row, cols in members if (row[cols["seeds"]] or 0) >= min_seeds]
 
 
 def apply_family(members: list[tuple[str, dict, dict]], alpha: float = FAMILY_ALPHA) -> list[str]:
@@ -512,6 +499,16 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             "mde (not resolved rows): the true difference its seeds would resolve with 80 % probability at its level, "
             "from sd_diff (exact noncentral t; ≈ (t_{1−α/2,n−1} + t_{0.8,n−1}) · sd_diff / √n); "
             "'exploratory (1 seed)': one seed, not in the family")
+
+# %% ../nbs/12_report.ipynb #9fb01600
+def report_effects(members: list[tuple[str, dict, dict]]) -> list[tuple[str, dict]]:
+    "Each comparison of `family_members` once (its first row), as a row for `effects_figure`; the label says its seeds."
+    first = {}
+    for label, row, cols in members:
+        first.setdefault(label, (row, cols))
+    return [(f"{label} (n={row[cols['seeds']]})", {"diff": row[cols["diff"]], "low": row[cols["ci_low"]],
+                                                    "high": row[cols["ci_high"]], "verdict": row[cols["verdict"]]})
+            for label, (row, cols) in first.items()]
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
 def keep_records(preset: Preset, runs_dir: Path, records_dir: Path) -> list[Path]:
@@ -676,7 +673,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "train_s: training time in seconds (on a machine shared with other work it measures its "
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
     files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat), out_dir, p.name)
-    files.append(effects_figure(report_effects(muon, routing, conversion), out_dir / "effects.png",
+    effects = report_effects(family_members(muon, sweep, routing, conversion, min_seeds=1))  # the family, then 1-seed rows
+    files.append(effects_figure(effects, out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
     banner = [PIPELINE_CHECK_BANNER.format(name=p.name)] if p.name in PIPELINE_CHECKS else []
     index = [f"# Results: `{p.name}` preset\n", *banner, f"{len(runs)} of {len(p.runs)} runs complete.\n",
