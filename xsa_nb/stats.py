@@ -14,7 +14,8 @@ from scipy.stats import t as student_t
 
 # %% auto #0
 __all__ = ['t_interval', 'p_value', 'verdict', 'paired_difference', 'mean_interval', 'holm_adjusted', 'holm_levels',
-           't_test_power', 'mde_formula', 'min_detectable_effect', 'family_verdicts', 'ratio_interval']
+           't_test_power', 'mde_formula', 'min_detectable_effect', 'seeds_for_effect', 'family_verdicts',
+           'ratio_interval']
 
 # %% ../nbs/12a_stats.ipynb #c097c34c
 def _check_seeds(n: int) -> None:
@@ -123,10 +124,22 @@ def min_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float =
     start = mde_formula(sd, n, alpha, power)
     if sd == 0:
         return 0.0
-    high = 2 * start
+    low, high = start / 2, 2 * start  # the formula is short below ~20 seeds and slightly long above: bracket both
+    while t_test_power(low, sd, n, alpha) > power:
+        low /= 2
     while t_test_power(high, sd, n, alpha) < power:
         high *= 2
-    return brentq(lambda e: t_test_power(e, sd, n, alpha) - power, start, high, xtol=1e-12 * sd)
+    return brentq(lambda e: t_test_power(e, sd, n, alpha) - power, low, high, xtol=1e-12 * sd)
+
+
+def seeds_for_effect(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8,
+                     max_seeds: int = 1000) -> int | None:
+    "The fewest paired seeds (≥ 2) whose test at level α resolves a true difference `effect` with probability `power`."
+    if effect <= 0:
+        raise ValueError(f"effect = {effect}: the difference to detect must be positive")
+    if sd == 0:
+        return 2
+    return next((n for n in range(2, max_seeds + 1) if t_test_power(effect, sd, n, alpha) >= power), None)
 
 # %% ../nbs/12a_stats.ipynb #b4db0116
 def family_verdicts(comparisons: list[dict], alpha: float = 0.05, power: float = 0.8) -> list[dict]:
