@@ -361,10 +361,10 @@ CLAIMS_NOTES = (
 
 
 def _cell(row: dict) -> dict:
-    "A ledger row as the Markdown shows it: the verdict third, the mde in bpb, the section as a link."
+    "A ledger row as the Markdown shows it: the verdict first (in view on a narrow screen), the section as a link."
     notebook, _, anchor = row["section"].removeprefix("../../").partition(".html#")
-    return {"study": row["study"], "claim": row["claim"], "verdict": row["verdict"], "ours": row["ours"],
-            "seeds": row["seeds"], "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–",
+    return {"verdict": row["verdict"], "claim": row["claim"], "ours": row["ours"], "seeds": row["seeds"],
+            "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–", "study": row["study"],
             "published": row["published"], "compares": row["compares"],
             "section": f'<a href="{row["section"]}">{notebook}#{anchor}</a>'}
 
@@ -380,6 +380,6 @@ def write_claims(rows: list[dict], out_dir: Path, preset: str = "") -> list[Path
     title = "# Claims ledger" + (f": `{preset}` preset" if preset else "")
     md = (f"{title}\n\nEvery claim of the three studies, theirs beside ours, written from the records by "
           "`12c_claims`.\n\n" + "".join(f"- {n}\n" for n in CLAIMS_NOTES) + "\n"
-          + markdown_table([_cell(r) for r in rows], empty="_no claims_"))
+          + markdown_table([_cell(r) for r in rows], empty="_no claims_", units={"mde": "bpb"}))
     atomic_write_text(out_dir / "claims.md", md)
     return [out_dir / "claims.csv", out_dir / "claims.md"]

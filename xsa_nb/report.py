@@ -29,9 +29,9 @@ from .stats import family_verdicts, paired_difference, mean_interval, ratio_inte
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
-           'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed', 'core_result',
-           'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
+__all__ = ['CSV_ONLY', 'BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
+           'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
+           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
            'routed_points', 'point_label', 'concentration_by_point', 'routing_point_rows', 'perplexity', 'routing_rows',
            'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'family_members', 'apply_family',
@@ -72,11 +72,14 @@ def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: l
         w.writerows(rows)
     atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
     notes_md = "".join(f"- {n}\n" for n in notes) + "\n" if notes else ""
-    md = f"### {title}\n\n" + notes_md + markdown_table(rows, empty="_no complete runs yet_", units=units)
+    shown = [{k: v for k, v in r.items() if k not in CSV_ONLY} for r in rows]
+    md = f"### {title}\n\n" + notes_md + markdown_table(shown, empty="_no complete runs yet_", units=units)
     atomic_write_text(out_dir / f"{name}.md", md)
     return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
 
 
+CSV_ONLY = ("sd_diff", "level", "p_holm", "jump_sd", "jump_level", "jump_p_holm")
+"The statistics' working columns: in a table's CSV, not in its Markdown, so that the verdict stays in view."
 BPB_UNITS = {c: "bpb" for c in ("diff", "sd_diff", "ci_low", "ci_high", "mde", "val_before", "at_conversion", "jump",
                                 "jump_sd", "jump_low", "jump_high", "jump_mde", "vs_control")} | {"change_pct": "%"}
 
@@ -498,7 +501,7 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             f"p_holm the adjusted p-value; better / worse only when that interval excludes 0 (p_holm ≤ {alpha:g}); "
             "mde (not resolved rows): the true difference its seeds would resolve with 80 % probability at its level, "
             "from sd_diff (exact noncentral t; ≈ (t_{1−α/2,n−1} + t_{0.8,n−1}) · sd_diff / √n); "
-            "'exploratory (1 seed)': one seed, not in the family")
+            "'exploratory (1 seed)': one seed, not in the family; sd_diff, level and p_holm are in each table's CSV")
 
 # %% ../nbs/12_report.ipynb #9fb01600
 def report_effects(members: list[tuple[str, dict, dict]]) -> list[tuple[str, dict]]:
