@@ -34,9 +34,9 @@ __all__ = ['CSV_ONLY', 'BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_A
            'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
            'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
            'routed_points', 'point_label', 'concentration_by_point', 'routing_point_rows', 'perplexity', 'routing_rows',
-           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'family_members', 'apply_family',
-           'family_note', 'report_effects', 'keep_records', 'count_references', 'check_one_commit', 'xsa_seeds_note',
-           'write_report']
+           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'family_members',
+           'first_of_each_label', 'apply_family', 'family_note', 'report_effects', 'keep_records', 'count_references',
+           'check_one_commit', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -478,17 +478,24 @@ def family_members(muon: list[dict], sweep: list[dict], routing: list[dict], con
     return [(label, row, cols) for label, row, cols in members if (row[cols["seeds"]] or 0) >= min_seeds]
 
 
+def first_of_each_label(members: list[tuple[str, dict, dict]]) -> dict[str, tuple[dict, dict]]:
+    "Each label's first (row, columns) among `members`, in order: a comparison held by two rows counts once."
+    first = {}
+    for label, row, cols in members:
+        first.setdefault(label, (row, cols))
+    return first
+
+
 def apply_family(members: list[tuple[str, dict, dict]], alpha: float = FAMILY_ALPHA) -> list[str]:
     "Holm over the members (one per label), each row's interval, level, p_holm, verdict and mde rewritten; the labels."
-    unique = dict((label, (row, cols)) for label, row, cols in reversed(members))  # the first row of a label counts
-    labels = [label for label in dict.fromkeys(label for label, _, _ in members)]
-    results = dict(zip(labels, family_verdicts([{k: unique[l][0][unique[l][1][k]] for k in ("seeds", "diff", "sd")}
-                                                for l in labels], alpha)))
+    unique = first_of_each_label(members)
+    results = dict(zip(unique, family_verdicts([{k: row[cols[k]] for k in ("seeds", "diff", "sd")}
+                                                for row, cols in unique.values()], alpha)))
     for label, row, cols in members:
         row.update({cols[k]: v for k, v in results[label].items()})
         if cols is JUMP:
             row[cols["verdict"]] = row[cols["verdict"]].replace("worse", "jumps")
-    return labels
+    return list(unique)
 
 
 def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
@@ -506,12 +513,9 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
 # %% ../nbs/12_report.ipynb #9fb01600
 def report_effects(members: list[tuple[str, dict, dict]]) -> list[tuple[str, dict]]:
     "Each comparison of `family_members` once (its first row), as a row for `effects_figure`; the label says its seeds."
-    first = {}
-    for label, row, cols in members:
-        first.setdefault(label, (row, cols))
     return [(f"{label} (n={row[cols['seeds']]})", {"diff": row[cols["diff"]], "low": row[cols["ci_low"]],
                                                     "high": row[cols["ci_high"]], "verdict": row[cols["verdict"]]})
-            for label, (row, cols) in first.items()]
+            for label, (row, cols) in first_of_each_label(members).items()]
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
 def keep_records(preset: Preset, runs_dir: Path, records_dir: Path) -> list[Path]:
