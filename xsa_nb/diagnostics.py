@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .model import sink_keep
 from .xsa import attention_weights, own_value_cosine, own_weight
 
 # %% auto #0
@@ -18,9 +19,13 @@ __all__ = ['attention_stats', 'capture_attention', 'attention_diagnostics', 'sou
            'effective_rank', 'routing_diagnostics', 'plot_layer_curves', 'plot_routing_heatmap']
 
 # %% ../nbs/07c_diagnostics.ipynb #d95c22b1
-def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1) -> dict[str, Tensor]:
-    "Per-head means over tokens: cos(y, own v) before/after XSA (raw and centred), diagonal mass, entropy (nats)."
+def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1,
+                    sink: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-head means over tokens: cos(y, own v) before/after XSA (raw and centred), the mass on the token itself
+    (diagonal), on the first key and on a learned `sink` logit per head (an extra key of value 0), entropy (nats)."""
     a = attention_weights(q, k, window)
+    if sink is not None:  # the sink takes 1 - keep of every query's mass; the keys share the rest
+        a = a * sink_keep(q, k, sink, window).transpose(1, 2).to(a.dtype)
     t_q, t_k, h_kv = q.shape[1], k.shape[1], k.shape[2]
     v_own = v[:, t_k - t_q:].float()
     y_plain = torch.einsum("bhgqk,bkhd->bqhgd", a.unflatten(1, (h_kv, -1)), v.float()).flatten(2, 3)
@@ -35,7 +40,8 @@ def attention_stats(q: Tensor, k: Tensor, v: Tensor, y: Tensor, window: int = -1
     plogp = torch.where(a > 0, a * a.clamp_min(1e-30).log(), 0.0)
     return {"cos_before": cos(y_plain, False), "cos_before_centred": cos(y_plain, True),
             "cos_after": cos(y, False), "cos_after_centred": cos(y, True),
-            "diagonal_mass": own_weight(a), "entropy": -plogp.sum(-1).mean((0, 2))}
+            "diagonal_mass": own_weight(a), "first_mass": a[:, :, keep, 0].mean((0, 2)),
+            "sink_mass": 1 - a[:, :, keep].sum(-1).mean((0, 2)), "entropy": -plogp.sum(-1).mean((0, 2))}
 
 # %% ../nbs/07c_diagnostics.ipynb #29a23594
 @contextmanager
@@ -53,7 +59,7 @@ def attention_diagnostics(model, idx: Tensor) -> dict:
     layers = []
     for i in sorted(records):
         r = records[i]
-        st = attention_stats(r["q"], r["k"], r["v"], r["y"], r["window"])
+        st = attention_stats(r["q"], r["k"], r["v"], r["y"], r["window"], r.get("sink"))
         alpha = r["alpha"].tolist() if isinstance(r["alpha"], Tensor) else r["alpha"]
         layers.append({"layer": i, "window": r["window"], "alpha": alpha} | {n: s.tolist() for n, s in st.items()})
     means = {n: [sum(lay[n]) / len(lay[n]) for lay in layers] for n in layers[0] if n not in ("layer", "window", "alpha")}

@@ -192,7 +192,7 @@ class CausalSelfAttention(nn.Module):
 
     @contextmanager
     def recording(self) -> Iterator[dict]:
-        "Within the block, every forward pass leaves q, k, v, y, alpha and window (as `attend` saw them) in the yielded dict."
+        "Within the block, every forward pass leaves q, k, v, y, alpha, window (as `attend` saw them) and sink in the yielded dict."
         self.recorder = {}
         try:
             yield self.recorder
@@ -221,7 +221,7 @@ class CausalSelfAttention(nn.Module):
         alpha = alpha if isinstance(alpha, float) else alpha.to(q.dtype)
         y = attend(q, k, v, alpha, window, self.impl, self.backend)
         if self.recorder is not None:
-            self.recorder.update(q=q, k=k, v=v, y=y, alpha=alpha, window=window)
+            self.recorder.update(q=q, k=k, v=v, y=y, alpha=alpha, window=window, sink=self.attn_sink)
         if self.attn_sink is not None:
             y = y * sink_keep(q, k, self.attn_sink, window)
         return self.c_proj(y.reshape(B, T, -1))

@@ -305,12 +305,15 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     return summary
 
 # %% ../nbs/08c_trainer.ipynb #d6afe91e
-def keep_run(cfg: TrainConfig, dest: Path) -> Path:
-    "Train `cfg` in a temporary directory and keep its record (metrics.jsonl, summary.json) in `dest`."
+def keep_run(cfg: TrainConfig, dest: Path, measure: Callable[[Path], dict] | None = None) -> Path:
+    """Train `cfg` in a temporary directory and keep its record (metrics.jsonl, summary.json) in `dest`; `measure`,
+    if given, is called on the trained run directory and what it returns is kept as measured.json."""
     dest = Path(dest)
     with tempfile.TemporaryDirectory() as d:
         train(dataclasses.replace(cfg, run_dir=d), log=lambda s: None, progress=False)
-        for name in ("metrics.jsonl", "summary.json"):
+        if measure is not None:
+            atomic_write_text(dest / "measured.json", json.dumps(measure(Path(d)), indent=1))
+        for name in ("metrics.jsonl", "summary.json"):  # summary.json last: its presence says the record is whole
             atomic_write_text(dest / name, (Path(d) / name).read_text())
     return dest
 
