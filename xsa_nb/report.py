@@ -5,10 +5,7 @@
 # %% ../nbs/12_report.ipynb #e9d28086
 from __future__ import annotations
 
-import csv
 import functools
-import io
-import json
 import math
 import statistics
 from pathlib import Path
@@ -19,144 +16,29 @@ from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
 from .figures import effects_figure, routing_figures, xsa_muon_figure, xsa_sweep_figure
-from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name, run_status
+from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
-from .checkpoint import copy_records, read_metrics
 from .config import TrainConfig, run_tokenizer
+from .records import (BPB_UNITS, check_one_commit, context_notes, core_result, offline_core_tasks,
+                            per_run_rows, read_runs, seed_runs, val_bpb_by_seed, write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
 from .stats import family_verdicts, paired_difference, mean_interval, ratio_interval
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['CSV_ONLY', 'BPB_UNITS', 'XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL',
-           'REPORT_FILES', 'PIPELINE_CHECK_BANNER', 'read_run', 'read_runs', 'write_table', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'published_source', 'run_commits', 'context_notes', 'per_run_rows',
-           'comparison_columns', 'reference_rows', 'xsa_muon_rows', 'xsa_diagnostic_rows', 'xsa_sweep_rows',
-           'routed_points', 'point_label', 'concentration_by_point', 'routing_point_rows', 'perplexity', 'routing_rows',
-           'conversion_points', 'conversion_rows', 'jump_ratios', 'chatcore_rows', 'family_members',
-           'first_of_each_label', 'apply_family', 'family_note', 'report_effects', 'keep_records', 'count_references',
-           'check_one_commit', 'xsa_seeds_note', 'write_report']
-
-# %% ../nbs/12_report.ipynb #b1ee11d8
-def read_run(run_dir: Path) -> dict | None:
-    "config, summary, eval, training and validation logs of a complete run directory, or None if not complete."
-    run_dir = Path(run_dir)
-    if run_status(run_dir) != "complete":
-        return None
-    metrics = read_metrics(run_dir)
-    train = metrics["train"]
-    speeds = sorted(m["tok_per_s"] for m in train[2:] or train)
-    return {"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
-            "summary": json.loads((run_dir / "summary.json").read_text()),
-            "eval": json.loads((run_dir / "eval.json").read_text()), "train": train,
-            "val": [m for m in metrics["val"] if "val_bpb" in m],
-            "tok_per_s": speeds[-1], "final_loss": statistics.fmean(m["loss"] for m in train[-10:])}
-
-
-def read_runs(preset: Preset, runs_dir: Path) -> dict[str, dict]:
-    "Every complete run of `preset` under `runs_dir`, by name (incomplete or absent runs are left out)."
-    runs = {r.name: read_run(Path(runs_dir) / r.name) for r in preset.runs}
-    return {k: v for k, v in runs.items() if v is not None}
-
-# %% ../nbs/12_report.ipynb #cbbfcdb3
-def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str],
-                units: dict[str, str] | None = None) -> list[Path]:
-    "Write `name`.csv and `name`.md (title, notes, table; the headers of the columns in `units` carry their unit) into `out_dir`; return both paths."
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    atomic_write_text(out_dir / f"{name}.csv", buf.getvalue())
-    notes_md = "".join(f"- {n}\n" for n in notes) + "\n" if notes else ""
-    shown = [{k: v for k, v in r.items() if k not in CSV_ONLY} for r in rows]
-    md = f"### {title}\n\n" + notes_md + markdown_table(shown, empty="_no complete runs yet_", units=units)
-    atomic_write_text(out_dir / f"{name}.md", md)
-    return [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
-
-
-CSV_ONLY = ("sd_diff", "level", "p_holm", "jump_sd", "jump_level", "jump_p_holm")
-"The statistics' working columns: in a table's CSV, not in its Markdown, so that the verdict stays in view."
-BPB_UNITS = {c: "bpb" for c in ("diff", "sd_diff", "ci_low", "ci_high", "mde", "val_before", "at_conversion", "jump",
-                                "jump_sd", "jump_low", "jump_high", "jump_mde", "vs_control")} | {"change_pct": "%"}
+__all__ = ['XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+           'PIPELINE_CHECK_BANNER', 'published_source', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
+           'xsa_diagnostic_rows', 'xsa_sweep_rows', 'routed_points', 'point_label', 'concentration_by_point',
+           'routing_point_rows', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios',
+           'chatcore_rows', 'family_members', 'first_of_each_label', 'apply_family', 'family_note', 'report_effects',
+           'count_references', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #66206eab
-def _seeds(runs: dict, depth: int, variant: str, seeds) -> list[dict]:
-    return [runs[n] for n in (run_name(depth, variant, s) for s in seeds) if n in runs]
-
-
-def val_bpb_by_seed(runs: dict, depth: int, variant: str, seeds, **kw) -> dict[int, float]:
-    "Validation bits per byte of each complete seed of one arm (`kw`: run_name's sequence-length / lr options)."
-    return {s: runs[n]["eval"]["val_bpb"] for s in seeds if (n := run_name(depth, variant, s, **kw)) in runs}
-
-
-def core_result(run: dict) -> tuple[float | None, bool]:
-    "A run's CORE, and whether it was scored on the whole DCLM bundle (CORE as published) or a smaller offline one."
-    core = run["eval"].get("core")
-    if isinstance(core, dict):
-        return core.get("core"), len(core.get("tasks", [])) == len(CORE_TASKS)
-    return core, True
-
-
-def offline_core_tasks(runs: dict) -> int:
-    "The number of tasks of the offline-built CORE bundle the runs were scored on (0: none was)."
-    return max((len(r["eval"]["core"].get("tasks", [])) for r in runs.values() if isinstance(r["eval"].get("core"), dict)
-                and not core_result(r)[1]), default=0)
-
-
 def published_source(depth: int) -> str:
     "The label of a published row: whose numbers, and the shape of the model they come from."
     shape = PUBLISHED_SHAPES.get(depth)
     return f"published (theirs; {shape['n_embd']} wide, {shape['n_head']} heads)" if shape else "published (theirs)"
-
-
-def _tokens(runs: dict) -> str:
-    seen = sorted({r["summary"]["tokens"] for r in runs.values() if "_conv_" not in r["name"] and "_sft_" not in r["name"]})
-    conv = sorted({r["summary"].get("recipe", r["summary"])["tokens"] for r in runs.values() if "_conv_" in r["name"]})
-    text = ", ".join(f"{t:,}" for t in seen) if seen else "–"
-    return text + (f" (conversion runs: {', '.join(f'{t:,}' for t in conv)} more)" if conv else "")
-
-
-def run_commits(runs: dict) -> dict[str, list[str]]:
-    "The names of the runs each commit of the code trained (a resumed run may list several)."
-    commits: dict[str, list[str]] = {}
-    for name, r in runs.items():
-        for commit in r["summary"].get("commits") or ["unknown"]:
-            commits.setdefault(commit, []).append(name)
-    return commits
-
-
-def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
-    "The lines every table opens with: preset, seeds, tokens, hardware, code, missing runs."
-    devices = sorted({r["summary"]["device"] for r in runs.values()})
-    dirty = sorted(n for n, r in runs.items() if r["summary"].get("provenance", {}).get("dirty"))
-    missing = [r.name for r in preset.runs if r.name not in runs]
-    code = ", ".join(f"`{c[:10]}` ({len(names)} runs)" for c, names in run_commits(runs).items()) or "–"
-    notes = [f"preset: `{preset.name}`; seeds: {seeds}; tokens seen per run: {_tokens(runs)}",
-             f"hardware: {preset.hardware} (devices used: {', '.join(devices) or '–'}); code: commit {code}"
-             + (f"; **uncommitted changes** in {len(dirty)} runs" if dirty else "")]
-    if missing:
-        notes.append(f"runs not complete (left out): {len(missing)} of {len(preset.runs)}")
-    val_sets = sorted({r["eval"]["val_tokens"] for r in runs.values() if "val_tokens" in r["eval"]})
-    if len(val_sets) == 1:
-        notes.append(f"validation set: the first {val_sets[0]:,} tokens of the validation split, for every val_bpb "
-                     "(the training's own checks included: one eval_tokens per preset, 09_experiments)")
-    elif val_sets:
-        notes.append(f"**validation sets differ** between runs: {', '.join(f'{t:,}' for t in val_sets)} tokens")
-    return notes
-
-
-def per_run_rows(preset: Preset, runs: dict) -> list[dict]:
-    "One row per complete run of `preset`, in the preset's order: what every table's means are made of."
-    return [{"run": name, "seed": r["config"]["seed"], "val_bpb": r["eval"]["val_bpb"],
-             "val_tokens": r["eval"].get("val_tokens"), "steps": r["summary"]["steps"],
-             "tokens": r["summary"]["tokens"], "train_s": r["summary"].get("train_time"),
-             "threads": r["summary"].get("provenance", {}).get("threads"),
-             "commit": (r["summary"].get("commits") or ["unknown"])[-1][:10]}
-            for name, r in ((run.name, runs[run.name]) for run in preset.runs if run.name in runs)]
 
 
 def comparison_columns(c: dict) -> dict:
@@ -195,7 +77,7 @@ def xsa_muon_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                          (f"xsalast{s.last_n}", f"XSA α=1, last {s.last_n} layers", s.seeds[:1])]
         def core(v: str, seeds) -> dict:
             "Mean CORE over seeds on the whole bundle (as published) and, in its own column, on the offline one."
-            results = [core_result(r) for r in _seeds(runs, depth, v, seeds)]
+            results = [core_result(r) for r in seed_runs(runs, depth, v, seeds)]
             mean = lambda whole: statistics.fmean(xs) if (
                 xs := [c for c, w in results if c is not None and w == whole]) else None
             out = {"core": mean(True) if mean(True) is not None or has_core else "no bundle"}
@@ -518,13 +400,6 @@ def report_effects(members: list[tuple[str, dict, dict]]) -> list[tuple[str, dic
             for label, (row, cols) in first_of_each_label(members).items()]
 
 # %% ../nbs/12_report.ipynb #f8fb8ab4
-def keep_records(preset: Preset, runs_dir: Path, records_dir: Path) -> list[Path]:
-    "Copy the records (`RECORD_FILES`) of every complete run of `preset` in `runs_dir` into `records_dir`; return them."
-    runs_dir = Path(runs_dir)
-    return [copy_records(runs_dir / r.name, Path(records_dir) / r.name) for r in preset.runs
-            if run_status(runs_dir / r.name) == "complete"]
-
-
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_diagnostics.md", "xsa_diagnostics.csv",
                 "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_points.md", "routing_points.csv",
@@ -549,16 +424,6 @@ def count_references(preset: Preset, runs: dict) -> dict[tuple[int, int], dict]:
     shapes = tuple(sorted({(r["config"]["seq_len"], r["config"]["device_batch_size"]) for r in runs.values()}))
     return _count_references(str(data_dir), expand(preset.scale.base.get("tokenizer_path", "")), shapes,
                              preset.scale.eval["eval_tokens"], preset.scale.base.get("packing", "auto"))
-
-
-def check_one_commit(runs: dict, allow_mixed_commits: bool = False) -> None:
-    "Refuse runs made by different commits of the code (their differences would be the code's), unless allowed."
-    commits = run_commits(runs)
-    if len(commits) > 1 and not allow_mixed_commits:
-        listing = "; ".join(f"{c[:10]}: {', '.join(sorted(names)[:4])}{' …' * (len(names) > 4)}"
-                            for c, names in commits.items())
-        raise ValueError(f"the runs come from {len(commits)} commits of the code ({listing}); rerun the stale ones, "
-                         "or pass allow_mixed_commits=True to report them together anyway")
 
 
 def xsa_seeds_note(s: Scale) -> str:
