@@ -22,16 +22,23 @@ from xsa_nb.report import REPORT_FILES, write_report
 XSA_NB = str(Path(sys.executable).parent / "xsa_nb")
 
 
-def reproduce(root: Path, preset: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}
-    return subprocess.run([XSA_NB, "reproduce", "--preset", preset], cwd=root, env=env, capture_output=True, text=True)
+def reproduce(root: Path, preset: str, *options: str, threads: int = 1) -> subprocess.CompletedProcess:
+    "`xsa_nb reproduce --preset preset *options` in `root`, on `threads` threads in all (the same numbers anywhere)."
+    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | {"OMP_NUM_THREADS": str(threads)}
+    return subprocess.run([XSA_NB, "reproduce", "--preset", preset, *options], cwd=root, env=env, capture_output=True,
+                          text=True)
+
+
+def fresh_root(root: Path) -> Path:
+    "A repository root holding the notebooks and settings.ini only."
+    shutil.copytree(ROOT / "nbs", root / "nbs", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "runs"))
+    shutil.copy(ROOT / "settings.ini", root / "settings.ini")
+    return root
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repo")
-    shutil.copytree(ROOT / "nbs", root / "nbs", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "runs"))
-    shutil.copy(ROOT / "settings.ini", root / "settings.ini")
+    root = fresh_root(tmp_path_factory.mktemp("repo"))
     res = reproduce(root, "smoke")
     assert res.returncode == 0, res.stderr[-5000:]
     return root
@@ -114,6 +121,22 @@ def test_report_is_rebuilt_from_the_kept_records_alone(repo, tmp_path):
     res = subprocess.run([XSA_NB, "report", "--preset", "smoke", "--from-records"], cwd=clone, env=env,
                          capture_output=True, text=True)
     assert res.returncode != 0 and "no records of preset 'smoke'" in res.stderr + res.stdout, res.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_jobs_at_once_write_the_same_report(repo, tmp_path):
+    """`--jobs 2` runs two runs at a time, each its own process on one of the two threads, every run after the run it
+    continues or fine-tunes: every run completes with its log, and every table is the sequential run's, byte for byte
+    (the per-run table aside: it holds training times)."""
+    root = fresh_root(tmp_path / "jobs")
+    res = reproduce(root, "smoke", "--jobs", "2", threads=2)
+    assert res.returncode == 0, res.stderr[-5000:]
+    for run in get_preset("smoke").runs:
+        d = root / "runs" / "smoke" / run.name
+        assert run_status(d) == "complete" and (d / "run.log").stat().st_size > 0, run.name
+    out, sequential = root / "docs" / "results" / "smoke", repo / "docs" / "results" / "smoke"
+    for name in (n for n in REPORT_FILES if n.endswith(".csv") and n != "per_run.csv"):
+        assert (out / name).read_text() == (sequential / name).read_text(), name
 
 
 def test_committed_cpu_tables_are_rebuilt_from_committed_records(tmp_path):

@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
     rp.add_argument("--dry-run", action="store_true", help="print every run's resolved plan and stop (trains nothing)")
+    rp.add_argument("--jobs", type=int, default=1, help="runs at once, each its own process: the CPU threads split "
+                    "among them, or nproc GPUs each (default: 1)")
+    rp.add_argument("--only", nargs="+", metavar="RUN", default=None, help="just these runs of the preset, no report")
     rr = sub.add_parser("report", help="write a preset's tables and figures (nbs/12_report.ipynb through papermill)")
     rr.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
     rr.add_argument("--from-records", action="store_true",
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "report":
         print(f"report written into {report(args.preset, from_records=args.from_records)[0].parent}")
     elif args.command == "reproduce":
-        reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run)
-        if args.preset == "cpu" and not args.dry_run:  # the README shows the cpu headline table
+        reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run, jobs=args.jobs, only=args.only)
+        if args.preset == "cpu" and not (args.dry_run or args.only):  # the README shows the cpu headline table
             docs.sync_readme()
     return 0

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nbdev.config import get_config
@@ -19,10 +20,12 @@ from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig
-from .experiments import get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .utils import positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order',
+           'run_concurrently', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -75,6 +78,9 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
     p = get_preset(preset)
     root = Path(root or get_config().config_path)
     runs_dir = root / "runs" / preset
+    unknown = sorted(set(only or ()) - {r.name for r in p.runs})
+    if unknown:
+        raise ValueError(f"no run {', '.join(unknown)} in preset {preset!r}; its runs are {', '.join(r.name for r in p.runs)}")
     todo = [r for r in p.runs if only is None or r.name in only]
     done = []
     with without_env("IN_TEST"):
@@ -105,18 +111,87 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
             done.append(run_dir)
     return done
 
+# %% ../nbs/09b_runner.ipynb #e2eef119
+def job_env(slot: int, jobs: int, device: str, nproc: int = 1, env: dict | None = None) -> dict[str, str]:
+    "The environment of concurrent job `slot` of `jobs`: on a GPU its own `nproc` devices, on the CPU its share of threads."
+    env = dict(os.environ if env is None else env)
+    if str(device).startswith("cuda"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * nproc + i) for i in range(nproc))
+    else:
+        total = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+        env["OMP_NUM_THREADS"] = str(max(1, total // jobs))
+    return env
+
+
+def run_in_order(runs: list[Run], jobs: int, start: Callable[[Run, int], subprocess.Popen], log=print,
+                 poll_s: float = 0.5) -> dict[str, str]:
+    """Start each run with `start(run, slot)` (slots 0..jobs-1) once the run it comes after has succeeded, `jobs` at a
+    time; return each run's outcome: 'done', 'failed (exit N)' or 'skipped (...)'."""
+    waiting, running, outcome, free = list(runs), {}, {}, list(range(jobs))
+    while waiting or running:
+        for run in list(waiting):
+            pending = run.after in running or any(r.name == run.after for r in waiting)
+            if run.after and not pending and outcome.get(run.after, "done") != "done":
+                outcome[run.name] = f"skipped ({run.after} did not finish)"
+                waiting.remove(run)
+                log(f"{run.name}: {outcome[run.name]}")
+            elif not pending and free:
+                slot = free.pop(0)
+                running[run.name] = (start(run, slot), slot)
+                waiting.remove(run)
+        time.sleep(poll_s)
+        for name, (proc, slot) in list(running.items()):
+            if (code := proc.poll()) is not None:
+                del running[name]
+                free.append(slot)
+                outcome[name] = "done" if code == 0 else f"failed (exit {code})"
+                log(f"{name}: {outcome[name]}")
+    return outcome
+
+
+def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc: int = 1, log=print) -> list[Path]:
+    """Every run of `preset` not yet complete as its own process (`xsa_nb reproduce --only RUN`, output in its
+    run.log), `jobs` at a time and in dependency order; raise naming the runs that did not finish."""
+    p = get_preset(preset)
+    root = Path(root or get_config().config_path)
+    runs_dir = root / "runs" / preset
+    todo = [r for r in p.runs if run_status(runs_dir / r.name) != "complete"]
+
+    def start(run: Run, slot: int) -> subprocess.Popen:
+        (runs_dir / run.name).mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-c", "from xsa_nb.cli import main; main()", "reproduce", "--preset", preset,
+               "--only", run.name, "--nproc", str(nproc)]
+        env = job_env(slot, jobs, run.train.get("device", "cpu"), nproc)
+        with open(runs_dir / run.name / "run.log", "w") as out:
+            return subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    outcome = run_in_order(todo, jobs, start, log)
+    bad = {name: said for name, said in outcome.items() if said != "done"}
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {len(todo)} runs of {preset} did not finish: "
+                           + "; ".join(f"{n} {s}" for n, s in bad.items()) + f" (their output: {runs_dir}/<run>/run.log)")
+    return [runs_dir / r.name for r in p.runs]
+
 # %% ../nbs/09b_runner.ipynb #ea6994d1
 def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,
-              log=print) -> list[Path]:
-    """Train and evaluate every run of `preset` (skipping complete ones), then run 12_report; return the report's files.
-    `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or writing anything."""
+              log=print, jobs: int = 1, only: list[str] | None = None) -> list[Path]:
+    """Train and evaluate every run of `preset` (skipping complete ones), `jobs` at a time, then run 12_report; return
+    the report's files. `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or
+    writing anything; `only`: just those runs, and no report (returns [])."""
     get_preset(preset)
+    positive_int("jobs", jobs, " (runs at once)")
     root = Path(root or get_config().config_path)
     if dry_run:
         log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
         return []
+    if only:
+        run_experiment(preset, root, nproc=nproc, only=only, log=log)
+        return []
     start = time.time()
-    run_experiment(preset, root, nproc=nproc, log=log)
+    if jobs > 1:
+        run_concurrently(preset, root, jobs, nproc, log)
+    else:
+        run_experiment(preset, root, nproc=nproc, log=log)
     log(f"runs of {preset} complete after {time.time() - start:.0f} s; writing the report")
     files = report(preset, root)
     log(f"report written into {files[0].parent} ({time.time() - start:.0f} s in all)")
