@@ -20,7 +20,8 @@ setuptools.setup(
     packages=setuptools.find_packages(include=[cfg["lib_path"], cfg["lib_path"] + ".*"]),
     include_package_data=True,
     install_requires=cfg["requirements"].split(),
-    extras_require={"dev": cfg["dev_requirements"].split(), "wandb": cfg["wandb_requirements"].split()},
+    extras_require={"dev": cfg["dev_requirements"].split(), "wandb": cfg["wandb_requirements"].split(),
+                    "slurm": cfg["slurm_requirements"].split()},
     entry_points={
         "console_scripts": cfg["console_scripts"].split(),
         "nbdev": [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],

@@ -139,6 +139,19 @@ def test_two_jobs_at_once_write_the_same_report(repo, tmp_path):
         assert (out / name).read_text() == (sequential / name).read_text(), name
 
 
+@pytest.mark.slow
+def test_the_local_executor_writes_the_same_report(repo, tmp_path):
+    """`--executor local` submits every run as a submitit job (the Slurm path, with local processes), each after the
+    run it starts from, and the report last: every table is the sequential run's, byte for byte (per-run aside)."""
+    root = fresh_root(tmp_path / "local")
+    res = reproduce(root, "smoke", "--executor", "local")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert all(run_status(root / "runs" / "smoke" / r.name) == "complete" for r in get_preset("smoke").runs)
+    out, sequential = root / "docs" / "results" / "smoke", repo / "docs" / "results" / "smoke"
+    for name in (n for n in REPORT_FILES if n.endswith(".csv") and n != "per_run.csv"):
+        assert (out / name).read_text() == (sequential / name).read_text(), name
+
+
 def test_committed_cpu_tables_are_rebuilt_from_committed_records(tmp_path):
     """Every table of the committed cpu report, written again from the records committed beside it (no run directory,
     no training), is the committed table byte for byte; every run of the preset has its records there."""

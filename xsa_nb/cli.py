@@ -18,7 +18,7 @@ from .checkpoint import convert_checkpoint
 from .core_eval import build_eval_bundle
 from .experiments import PRESETS
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
-from .runner import report, reproduce, run_papermill
+from .runner import report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
 from .trainer import train
 from .utils import repo_root
@@ -200,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--jobs", type=int, default=1, help="runs at once, each its own process: the CPU threads split "
                     "among them, or nproc GPUs each (default: 1)")
     rp.add_argument("--only", nargs="+", metavar="RUN", default=None, help="just these runs of the preset, no report")
+    rp.add_argument("--executor", choices=("slurm", "local"), default=None, help="each run a submitit job: on Slurm "
+                    "(submits and returns), or local processes (waits); needs xsa_nb[slurm]")
+    rp.add_argument("--partition", default="", help="Slurm partition of the jobs")
+    rp.add_argument("--account", default="", help="Slurm account of the jobs")
+    rp.add_argument("--time-min", type=int, default=0, help="each job's time limit (default: 1.5 x its plan + 30 min)")
     rr = sub.add_parser("report", help="write a preset's tables and figures (nbs/12_report.ipynb through papermill)")
     rr.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
     rr.add_argument("--from-records", action="store_true",
@@ -237,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "report":
         print(f"report written into {report(args.preset, from_records=args.from_records)[0].parent}")
     elif args.command == "reproduce":
+        if args.executor:
+            submit_preset(args.preset, executor=args.executor, nproc=args.nproc, partition=args.partition,
+                          account=args.account, timeout_min=args.time_min)
+            return 0
         reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run, jobs=args.jobs, only=args.only)
         if args.preset == "cpu" and not (args.dry_run or args.only):  # the README shows the cpu headline table
             docs.sync_readme()

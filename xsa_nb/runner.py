@@ -25,7 +25,7 @@ from .utils import positive_int
 
 # %% auto #0
 __all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order',
-           'run_concurrently', 'reproduce', 'report']
+           'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -171,6 +171,63 @@ def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc
         raise RuntimeError(f"{len(bad)} of {len(todo)} runs of {preset} did not finish: "
                            + "; ".join(f"{n} {s}" for n, s in bad.items()) + f" (their output: {runs_dir}/<run>/run.log)")
     return [runs_dir / r.name for r in p.runs]
+
+# %% ../nbs/09b_runner.ipynb #06eefad4
+def slurm_parameters(name: str, gpus: int, timeout_min: int, partition: str = "", account: str = "",
+                     after: list[str] | None = None) -> dict:
+    "submitit's parameters of one job: one node, one task (torchrun inside), `gpus` GPUs, its time, partition, account, dependency."
+    params = {"name": name, "nodes": 1, "tasks_per_node": 1, "gpus_per_node": gpus, "cpus_per_task": max(2, 8 * gpus),
+              "timeout_min": timeout_min}
+    if partition:
+        params["slurm_partition"] = partition
+    if account:
+        params["slurm_account"] = account
+    if after:
+        params["slurm_additional_parameters"] = {"dependency": "afterok:" + ":".join(after)}
+    return params
+
+
+def job_minutes(preset: str, root: Path, nproc: int) -> dict[str, int]:
+    "Each training run's job time: 1.5 × its planned time plus 30 minutes (`plan_experiment`)."
+    return {r["run"]: int(1.5 * r["seconds"] / 60) + 30 for r in plan_experiment(preset, root, nproc)}
+
+
+def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm", nproc: int = 1, partition: str = "",
+                  account: str = "", timeout_min: int = 0, log=print) -> list:
+    """Each run of `preset` not yet complete as a submitit job (`reproduce(..., only=[run])`), each after the run it
+    starts from, then the report as a last job; `executor`: 'slurm', or 'local' (waits for every job). Returns the jobs."""
+    import submitit
+
+    if executor not in ("slurm", "local"):
+        raise ValueError(f"executor must be 'slurm' or 'local', got {executor!r}")
+    p = get_preset(preset)
+    root = Path(root or get_config().config_path)
+    runs_dir = root / "runs" / preset
+    ex = submitit.AutoExecutor(folder=runs_dir / "jobs" / "%j", cluster=executor)
+    minutes = job_minutes(preset, root, nproc)
+    jobs, skipped = {}, []
+    for run in (r for r in p.runs if run_status(runs_dir / r.name) != "complete"):  # a source comes before its runs
+        source = jobs.get(run.after)
+        if run.after in skipped or (source is not None and executor == "local" and source.exception() is not None):
+            skipped.append(run.name)  # the local executor has no dependencies: wait for the source, go on if it did
+            log(f"{run.name}: skipped ({run.after} did not finish)")
+            continue
+        gpus = nproc if str(run.train.get("device", "")).startswith("cuda") else 0
+        ex.update_parameters(**slurm_parameters(f"{preset}_{run.name}", gpus, timeout_min or minutes.get(run.name, 120),
+                                                partition, account, [source.job_id] if source and executor == "slurm" else None))
+        jobs[run.name] = ex.submit(reproduce, preset, root, nproc, only=[run.name])
+        log(f"{run.name}: job {jobs[run.name].job_id}")
+    if executor == "local":
+        failed = [name for name, job in jobs.items() if job.exception() is not None] + skipped  # waits for each
+    ex.update_parameters(**slurm_parameters(f"{preset}_report", 0, 60, partition, account,
+                                            [j.job_id for j in jobs.values()] if executor == "slurm" else None))
+    jobs["report"] = ex.submit(report, preset, root)
+    log(f"report: job {jobs['report'].job_id}")
+    if executor == "local":
+        failed += ["report"] if jobs["report"].exception() is not None else []
+        if failed:
+            raise RuntimeError(f"runs that did not finish: {', '.join(failed)} (the jobs' logs: {runs_dir / 'jobs'})")
+    return list(jobs.values())
 
 # %% ../nbs/09b_runner.ipynb #ea6994d1
 def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,
