@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 
 LAYERS = [
-    ("helpers", {"utils"}),
+    ("shared helpers", {"utils"}),
     ("mechanisms", {"xsa", "muon", "routing"}),
     ("model", {"model"}),
     ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat_data", "chat_eval"}),
@@ -46,3 +46,12 @@ def test_imports_point_down_and_name_nothing_private(module):
         assert LAYER_OF[target] <= LAYER_OF[module], \
             f"{module} ({LAYERS[LAYER_OF[module]][0]}) imports {target} ({LAYERS[LAYER_OF[target]][0]}), a layer above it"
         assert not [n for n in names if n.startswith("_")], f"{module} imports private names {names} from {target}"
+
+
+def test_the_readme_layer_table_is_this_one():
+    """The README's table of layers (from 00_index) names the same layers, in the same order, with the same modules."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| layer | notebooks (modules) |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [(cells[1].strip(), cells[2]) for cells in (line.split("|") for line in table)]
+    layers = [(name, {m.split("`")[0] for m in cell.split("(`")[1:]}) for name, cell in rows if not name.startswith("runs")]
+    assert layers == LAYERS, layers
