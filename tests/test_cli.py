@@ -135,7 +135,9 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
 
 @pytest.mark.slow
 def test_a_killed_run_leaves_a_failed_notebook_not_a_running_one(tmp_path):
-    proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "run_dir", "run"], cwd=tmp_path,
+    # 5000 steps: long enough to be killed mid-run; its CPU-time estimate depends on the machine, so no refusal
+    proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "max_cpu_hours", "0", "-p", "run_dir", "run"],
+                            cwd=tmp_path,
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.time() + 300
     while proc.poll() is None and time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
