@@ -64,18 +64,19 @@ def test_eval_notebook_writes_eval_json(trained):
     assert (trained / "attention.png").is_file()
 
 
-def test_every_train_option_is_a_parameter_with_its_default_and_help():
-    """10_train's parameters cell is `TrainConfig`, option for option: the same names, defaults and help, in order
-    (regenerate it with `xsa_nb.config.parameters_source()` after adding an option)."""
-    from xsa_nb.config import parameters_source
-    nb = json.loads((ROOT / "nbs" / "10_train.ipynb").read_text())
+@pytest.mark.parametrize("notebook, config", [("10_train", "TrainConfig"), ("14_sft", "SFTConfig")])
+def test_every_option_is_a_parameter_with_its_default_and_help(notebook, config):
+    """A run notebook's parameters cell is its configuration, option for option: the same names, defaults and help,
+    in order (regenerate it with `xsa_nb.config.parameters_source(<config>)` after adding an option)."""
+    from xsa_nb import config as configs
+    nb = json.loads((ROOT / "nbs" / f"{notebook}.ipynb").read_text())
     tagged = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(tagged) == 1, "exactly one cell of 10_train must carry the papermill `parameters` tag"
-    assert "".join(tagged[0]["source"]) == parameters_source(), \
-        "10_train's parameters cell differs from TrainConfig: paste xsa_nb.config.parameters_source() into it"
+    assert len(tagged) == 1, f"exactly one cell of {notebook} must carry the papermill `parameters` tag"
+    assert "".join(tagged[0]["source"]) == configs.parameters_source(getattr(configs, config)), \
+        f"{notebook}'s parameters cell differs from {config}: paste xsa_nb.config.parameters_source({config}) into it"
 
 
-@pytest.mark.parametrize("notebook", ["10_train.ipynb", "11_eval.ipynb"])
+@pytest.mark.parametrize("notebook", ["10_train.ipynb", "11_eval.ipynb", "14_sft.ipynb"])
 def test_papermill_reads_every_parameter_line_without_a_warning(notebook, caplog):
     """papermill's own parser (run on every execution, and by `xsa_nb` to type `-p` values) finds each line of the
     parameters cell with its default and help, and warns about none: a second `=` on a line (one in a help comment,
@@ -96,7 +97,7 @@ def test_papermill_reads_every_parameter_line_without_a_warning(notebook, caplog
     assert {name: (p["default"], p["help"]) for name, p in found.items()} == expected
 
 
-def test_every_eval_knob_is_a_parameter_with_its_default():
+def test_every_eval_option_is_a_parameter_with_its_default():
     from xsa_nb.params import notebook_params
     from xsa_nb.eval import EvalConfig
     import dataclasses

@@ -23,8 +23,8 @@ def losses(run_dir):
 CODE = "import sys, json; from xsa_nb.config import TrainConfig; from xsa_nb.trainer import train; train(TrainConfig(**json.loads(sys.argv[1])))"
 
 
-def spawn_train(run_dir, env=None, **knobs):
-    return subprocess.Popen([sys.executable, "-c", CODE, json.dumps(dict(TINY, run_dir=str(run_dir)) | knobs)],
+def spawn_train(run_dir, env=None, **given):
+    return subprocess.Popen([sys.executable, "-c", CODE, json.dumps(dict(TINY, run_dir=str(run_dir)) | given)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -80,16 +80,16 @@ def test_torchrun_two_processes_match_one(tmp_path):
     # rank's share (1 024) exceeds the loader's buffer of 1 000, which is then the same on one process and on two
     for k, copies in enumerate((16, 16, 4)):
         write_shard(data / f"shard_{k:05d}.parquet", {"text": docs * copies}, row_group_size=len(docs))
-    knobs = dict(TINY, steps=4, save_every=-1, data_dir=str(data))
+    given = dict(TINY, steps=4, save_every=-1, data_dir=str(data))
     # two ranks step on 2 × 256 tokens (the same 256 twice); the recipe scales rates and decay by √(batch), so the
     # single process, stepping on 256, gets √2 × each at the reference batch: the optimizer then sees equal numbers
-    single_knobs = dict(knobs, **{k: v * 2 ** 0.5 for k, v in dict(matrix_lr=0.02, embedding_lr=0.3, unembedding_lr=0.008,
+    single_params = dict(given, **{k: v * 2 ** 0.5 for k, v in dict(matrix_lr=0.02, embedding_lr=0.3, unembedding_lr=0.008,
                                                                    scalar_lr=0.5, weight_decay=0.28).items()})
     one_thread = dict(os.environ, OMP_NUM_THREADS="1")  # the same matmul reduction order in every process
-    single = spawn_train(tmp_path / "one", env=one_thread, **single_knobs)
+    single = spawn_train(tmp_path / "one", env=one_thread, **single_params)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
                 "--no-python", sys.executable, "-c", CODE,
-                json.dumps(dict(knobs, total_batch_size=512, run_dir=str(tmp_path / "two")))]
+                json.dumps(dict(given, total_batch_size=512, run_dir=str(tmp_path / "two")))]
     res = subprocess.run(torchrun, capture_output=True, text=True, env=one_thread, timeout=300)
     assert res.returncode == 0, res.stderr[-5000:]
     assert single.wait(timeout=300) == 0, single.stderr.read()[-5000:]

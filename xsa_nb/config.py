@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .data import PACKINGS, default_tokenizer, resolve_packing
-from .model import GPT, GPTConfig
+from .model import GPT, MODEL_SWITCHES, GPTConfig
 from .routing import RESIDUAL_PRESETS
 from .xsa import ATTENTION_BACKENDS
 from .tokenizer import Tokenizer
@@ -25,8 +25,8 @@ from .utils import KERNEL_IMPLS, check_device, dist_info
 # %% auto #0
 __all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'resolve_device',
            'cpu_has_bf16_units', 'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings',
-           'resolve_settings', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'validate', 'meta_model',
-           'run_tokenizer', 'build_model']
+           'resolve_settings', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'need', 'is_integer', 'check_dtype',
+           'check_schedule', 'validate', 'SFTConfig', 'validate_sft', 'meta_model', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -211,11 +211,8 @@ def model_config(cfg: TrainConfig, vocab_size: int, depth: int | None = None) ->
         if cfg.n_embd > 0 or cfg.n_head > 0:
             n_head = cfg.n_head if cfg.n_head > 0 else cfg.n_embd // cfg.head_dim
             shape.update(n_head=n_head, n_kv_head=n_head)
-    switches = dict(window_pattern=cfg.window_pattern, xsa_alpha=float(cfg.xsa_alpha),
-                    xsa_layers=xsa_layer_spec(cfg.xsa_layers), residual=cfg.residual, block_size=cfg.block_size,
-                    residual_convert=cfg.residual_convert, attn_sink=cfg.attn_sink, xsa_gate=cfg.xsa_gate,
-                    residual_scalars=cfg.residual_scalars,
-                    kernels=cfg.kernels, attention=cfg.attention)
+    switches = {name: getattr(cfg, name) for name in MODEL_SWITCHES}  # every switch is an option of the same name
+    switches["xsa_layers"] = xsa_layer_spec(cfg.xsa_layers)
     return GPTConfig.from_depth(depth, sequence_len=cfg.seq_len, vocab_size=vocab_size, **shape, **switches)
 
 # %% ../nbs/08_config.ipynb #7ae2e47d
@@ -224,31 +221,50 @@ def is_cache_path(path: str, name: str) -> bool:
     return bool(path) and Path(path).expanduser() == cache_dir() / name
 
 
+def need(ok: bool, msg: str) -> None:
+    "Raise ValueError(`msg`) unless `ok`: a message naming the bad value and what is allowed."
+    if not ok:
+        raise ValueError(msg)
+
+
+def is_integer(value) -> bool:
+    "An int that is not a bool."
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_dtype(name: str, value: str) -> None:
+    "A compute dtype option: auto, float32 or bfloat16."
+    need(value in (AUTO, "float32", "bfloat16"), f"{name} must be auto, float32 or bfloat16, got {value!r}")
+
+
+def check_schedule(s) -> None:
+    "The schedule options a training run and a fine-tuning share: weight decay, warm-up, warm-down, final rate."
+    need(is_integer(s.warmup_steps) and s.warmup_steps >= 0, f"warmup_steps must be an integer >= 0, got {s.warmup_steps!r}")
+    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
+    need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
+    need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
+
+
 def validate(cfg: TrainConfig) -> TrainConfig:
     "Check a configuration (as resolved on this machine) before any work; raise ValueError naming the bad value."
-    def need(ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(msg)
     for name, value in cfg.to_dict().items():
         need(value != AUTO or name in AUTO_OPTIONS,
              f"{name} cannot be 'auto'; allowed for: {', '.join(sorted(AUTO_OPTIONS))}")
     check_device(cfg.device, available=False)  # presets name GPUs the machine checking them may lack
     for name in ("dtype", "muon_dtype"):
-        need(getattr(cfg, name) in (AUTO, "float32", "bfloat16"),
-             f"{name} must be auto, float32 or bfloat16, got {getattr(cfg, name)!r}")
+        check_dtype(name, getattr(cfg, name))
     need(cfg.packing in PACKINGS, f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     need(cfg.kernels in KERNEL_IMPLS, f"kernels must be one of {KERNEL_IMPLS}, got {cfg.kernels!r}")
     s = resolve_settings(cfg)
-    integer = lambda v: isinstance(v, int) and not isinstance(v, bool)
     for name in ("depth", "aspect_ratio", "head_dim", "block_size", "seq_len", "device_batch_size", "core_items"):
-        need(integer(getattr(s, name)) and getattr(s, name) >= 1,
+        need(is_integer(getattr(s, name)) and getattr(s, name) >= 1,
              f"{name} must be an integer >= 1, got {getattr(s, name)!r}")
     for name in ("n_embd", "n_head", "total_batch_size", "steps"):
         value = getattr(s, name)
-        need(integer(value) and (value == -1 or value >= 1),
+        need(is_integer(value) and (value == -1 or value >= 1),
              f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
-    for name in ("eval_every", "eval_tokens", "core_every", "save_every", "warmup_steps"):
-        need(integer(getattr(s, name)), f"{name} must be an integer, got {getattr(s, name)!r}")
+    for name in ("eval_every", "eval_tokens", "core_every", "save_every"):
+        need(is_integer(getattr(s, name)), f"{name} must be an integer, got {getattr(s, name)!r}")
     need(isinstance(s.compile, bool), f"compile must be true, false or auto, got {s.compile!r}")
     need(0.0 <= float(s.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {s.xsa_alpha!r}")
     need(s.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {s.residual!r}")
@@ -258,10 +274,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(s.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {s.target_param_data_ratio!r}")
     for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
         need(getattr(s, name) > 0, f"{name} must be > 0, got {getattr(s, name)!r}")
-    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
-    need(s.warmup_steps >= 0, f"warmup_steps must be >= 0, got {s.warmup_steps!r}")
-    need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
-    need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
+    check_schedule(s)
     if s.data_dir and not is_cache_path(s.data_dir, "climbmix"):
         need(Path(s.data_dir).is_dir(), f"data_dir {s.data_dir!r} does not exist or is not a directory")
     if s.tokenizer_path and not is_cache_path(s.tokenizer_path, "tokenizer.json"):
@@ -278,6 +291,49 @@ def validate(cfg: TrainConfig) -> TrainConfig:
              f"core_every >= 0 needs core_bundle to be an eval bundle directory, got {s.core_bundle!r}")
     model_config(s, 64)  # the shape (n_embd, n_head, head_dim) and xsa_layers must fit the depth
     return cfg
+
+# %% ../nbs/08_config.ipynb #ad72d4cb
+@dataclass
+class SFTConfig:
+    "Every option of one fine-tuning run (`14_sft`), declared once, with nanochat's SFT defaults."
+    init_from: str = option("runs/default", "base run directory written by 10_train: its weights and switches start this run")
+    run_dir: str = option("", "where this run is written, empty for <init_from>_sft")
+    chat_dir: str = option("", "chat data directory (xsa_nb.chat_data layout), empty for the committed sample (a pipeline check only)")
+    mmlu_epochs: int = option(3, "passes over MMLU's auxiliary training set in the mixture (nanochat)")
+    gsm8k_epochs: int = option(4, "passes over GSM8K's training set in the mixture (nanochat)")
+    steps: int = option(-1, "optimizer steps, -1 for one pass over the mixture (nanochat)")
+    init_lr_frac: float = option(0.8, "every learning rate is this fraction of the base run's rate arguments (nanochat)")
+    batch_lr_correction: bool = option(False, "also scale the rates by sqrt(batch / 2^19) as base training does (nanochat's SFT does not)")
+    weight_decay: float = option(0.0, "Muon weight decay (nanochat: pre-training ends at 0 and SFT stays there)")
+    warmup_steps: int = option(0, "linear LR warm-up (nanochat: none)")
+    warmdown_ratio: float = option(0.5, "fraction of the run in the final linear warm-down (nanochat)")
+    final_lr_frac: float = option(0.0, "LR at the end as a fraction of the peak (nanochat)")
+    total_batch_size: int = option(-1, "tokens per optimizer step, -1 for the base run's")
+    device_batch_size: int = option(-1, "rows per forward pass per rank, -1 for the base run's")
+    eval_every: int = option(200, "validation bpb on the validation mixture every N steps and at the end (nanochat: 200)")
+    eval_tokens: int = option(32768, "validation tokens per evaluation (nanochat: 40 x 2^19, about 21 M)")
+    save_every: int = option(200, "checkpoint every N steps and at the end")
+    device: str = option(AUTO, "auto, cpu, cuda")
+    dtype: str = option(AUTO, "auto (bf16 on CUDA), float32, bfloat16")
+
+
+def validate_sft(sft: SFTConfig) -> SFTConfig:
+    "Check a fine-tuning run's options before any work (its base run is checked when read); raise ValueError."
+    need(bool(sft.init_from), "init_from must name the base run directory to fine-tune, got ''")
+    for name in ("mmlu_epochs", "gsm8k_epochs"):
+        value = getattr(sft, name)
+        need(is_integer(value) and value >= 0, f"{name} must be an integer >= 0, got {value!r}")
+    for name in ("steps", "total_batch_size", "device_batch_size"):
+        value = getattr(sft, name)
+        need(is_integer(value) and (value == -1 or value >= 1),
+             f"{name} must be an integer >= 1, or -1 for the default, got {value!r}")
+    for name in ("eval_every", "eval_tokens", "save_every"):
+        need(is_integer(getattr(sft, name)), f"{name} must be an integer, got {getattr(sft, name)!r}")
+    need(sft.init_lr_frac > 0, f"init_lr_frac must be > 0, got {sft.init_lr_frac!r}")
+    check_schedule(sft)
+    check_device(sft.device, available=False)
+    check_dtype("dtype", sft.dtype)
+    return sft
 
 # %% ../nbs/08_config.ipynb #9e8a1e95
 def meta_model(gcfg: GPTConfig) -> GPT:

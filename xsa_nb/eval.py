@@ -146,7 +146,7 @@ def count_model_bpb(counts: CountModel, tokenizer, data_dir: Path, batch_size: i
 # %% ../nbs/07_eval.ipynb #35b1eb8c
 @dataclass
 class EvalConfig:
-    "Every knob of one evaluation run (the parameters of 11_eval)."
+    "Every option of one evaluation run (the parameters of 11_eval)."
     run_dir: str = ""                # a run directory written by 10_train
     extra_data_dir: str = ""         # another directory of parquet shards to measure bpb on; "" for none
     core_bundle: str = ""            # eval bundle directory for CORE; "" to skip

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .chat_data import chat_sample_dir
-from .config import TrainConfig, validate
+from .config import SFTConfig, TrainConfig, validate, validate_sft
 from .published import PUBLISHED_SHAPES
 from .recipe import ASSUMED_MFU, run_plan
 
@@ -21,9 +21,9 @@ __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PIPELINE_CHECKS', 'PR
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
 class Run:
-    "One run: a name, the overrides of its notebook's parameters, 11_eval parameters, and the run it starts from."
+    "One run: a name, its notebook's parameters, 11_eval parameters, and the run it starts from."
     name: str
-    train: dict                         # 10_train: TrainConfig overrides on the preset's base; 14_sft: its parameters
+    params: dict                        # kind "train": TrainConfig options (10_train); "sft": SFTConfig options (14_sft)
     eval: dict = field(default_factory=dict)
     after: str = ""                     # a run that must be complete first: continued (conversion) or fine-tuned
     kind: str = "train"                 # "train" (10_train) or "sft" (14_sft, started from `after`)
@@ -147,7 +147,7 @@ def study_runs(s: Scale) -> list[Run]:
 
 
 def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
-    "A preset whose runs are `study_runs(scale)`, each training configuration validated, all on one validation set."
+    "A preset whose runs are `study_runs(scale)`, each run's configuration validated, all on one validation set."
     if scale.base.get("eval_tokens") != scale.eval.get("eval_tokens"):
         raise ValueError(f"preset {name!r}: training validates on eval_tokens={scale.base.get('eval_tokens')!r} but the "
                          f"evaluation on {scale.eval.get('eval_tokens')!r}; every number of a report needs one "
@@ -155,7 +155,9 @@ def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
     runs = tuple(study_runs(scale))
     for r in runs:
         if r.kind == "train":
-            validate(TrainConfig(**{k: v for k, v in r.train.items() if k not in ("data_dir", "tokenizer_path")}))
+            validate(TrainConfig(**{k: v for k, v in r.params.items() if k not in ("data_dir", "tokenizer_path")}))
+        else:  # its base run does not exist yet: the options alone
+            validate_sft(SFTConfig(**r.params))
     return Preset(name, scale, hardware, runs)
 
 # %% ../nbs/09_experiments.ipynb #0e07fe1e
@@ -227,7 +229,7 @@ def run_status(run_dir: Path) -> str:
 
 def train_params(run: Run, runs_dir: Path) -> dict:
     "Notebook parameters of `run` in `runs_dir`: its overrides, its run_dir, the run it starts from as a directory."
-    params = dict(run.train, run_dir=str(runs_dir / run.name))
+    params = dict(run.params, run_dir=str(runs_dir / run.name))
     if run.after:  # a conversion continues its baseline (weights, optimizer, data, step); fine-tuning starts from one
         params["init_from" if run.kind == "sft" else "continue_from"] = str(runs_dir / run.after)
     for key in ("data_dir", "tokenizer_path", "core_bundle"):

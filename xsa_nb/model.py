@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -20,9 +20,9 @@ from .xsa import ATTENTION_BACKENDS, attend, attention_scores
 from .utils import check_impl, positive_int
 
 # %% auto #0
-__all__ = ['ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP', 'LOSS_CHUNK_NUMEL',
-           'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm', 'has_value_embedding',
-           'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
+__all__ = ['MODEL_SHAPE', 'MODEL_SWITCHES', 'ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP',
+           'LOSS_CHUNK_NUMEL', 'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm',
+           'has_value_embedding', 'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
            'softcap_cross_entropy_plain', 'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
@@ -106,6 +106,12 @@ class GPTConfig:
         if ids is None or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n for i in ids):
             raise ValueError(f"xsa_layers={spec!r}: {allowed}")
         return sorted(set(ids))
+
+
+MODEL_SHAPE = ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd")
+"nanochat's shape fields of `GPTConfig`; set from a run's depth and shape options (`08_config`: `model_config`)."
+MODEL_SWITCHES = tuple(f.name for f in fields(GPTConfig) if f.name not in MODEL_SHAPE)
+"Every other field of `GPTConfig`: a switch, carried by name from the training option of the same name."
 
 # %% ../nbs/04_model.ipynb #63d3c726
 ROTARY_BASE = 100_000.0

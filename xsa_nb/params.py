@@ -120,18 +120,18 @@ def _defaults(notebook: str, root: Path) -> dict:
 
 
 def checked_train_params(params: dict, root: Path, direct: bool = False) -> tuple[dict, TrainConfig]:
-    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated: `(knobs, config)`."
-    knobs = check_params(params, TrainConfig)
-    if direct and not knobs.get("run_dir"):
+    "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated: `(given, config)`."
+    given = check_params(params, TrainConfig)
+    if direct and not given.get("run_dir"):
         raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
     defaults = {} if direct else _defaults("10_train.ipynb", root)
-    if not knobs.get("run_dir"):
-        knobs["run_dir"] = str(fresh_run_dir(knobs.get("depth", defaults.get("depth"))))
-    cfg = validate(TrainConfig(**(defaults | knobs)))
+    if not given.get("run_dir"):
+        given["run_dir"] = str(fresh_run_dir(given.get("depth", defaults.get("depth"))))
+    cfg = validate(TrainConfig(**(defaults | given)))
     if not cfg.dry_run:  # a plan may name a device this machine lacks, and writes nothing
         check_device(cfg.device)
         check_same_settings(cfg.run_dir, cfg)
-    return knobs, cfg
+    return given, cfg
 
 
 def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
@@ -139,6 +139,6 @@ def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
     if params.get("run_dir", str(run_dir)) != str(run_dir):
         raise ValueError(f"run_dir given twice: {str(run_dir)!r} (the argument) and {params['run_dir']!r} (-p run_dir); "
                          "give it once, as the argument")
-    knobs = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
-    validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | knobs)))
-    return knobs
+    given = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
+    validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | given)))
+    return given

@@ -161,7 +161,7 @@ def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc
         (runs_dir / run.name).mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-c", "from xsa_nb.cli import main; main()", "reproduce", "--preset", preset,
                "--only", run.name, "--nproc", str(nproc)]
-        env = job_env(slot, jobs, run.train.get("device", "cpu"), nproc)
+        env = job_env(slot, jobs, run.params.get("device", "cpu"), nproc)
         with open(runs_dir / run.name / "run.log", "w") as out:
             return subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -212,7 +212,7 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
             skipped.append(run.name)  # the local executor has no dependencies: wait for the source, go on if it did
             log(f"{run.name}: skipped ({run.after} did not finish)")
             continue
-        gpus = nproc if str(run.train.get("device", "")).startswith("cuda") else 0
+        gpus = nproc if str(run.params.get("device", "")).startswith("cuda") else 0
         ex.update_parameters(**slurm_parameters(f"{preset}_{run.name}", gpus, timeout_min or minutes.get(run.name, 120),
                                                 partition, account, [source.job_id] if source and executor == "slurm" else None))
         jobs[run.name] = ex.submit(reproduce, preset, root, nproc, only=[run.name])

@@ -35,7 +35,8 @@ from .utils import atomic_write_text, check_device, dist_info
 # %% auto #0
 __all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
            'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'start_tracking',
-           'metrics_recorder', 'evaluate', 'train', 'keep_run', 'read_kept']
+           'metrics_recorder', 'prepare_data_once', 'save_run', 'optimizer_step', 'evaluate', 'train', 'keep_run',
+           'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
@@ -177,6 +178,30 @@ def metrics_recorder(run_dir: Path, tracker=None) -> Callable[[dict], None]:
     return record
 
 
+def prepare_data_once(cfg: TrainConfig, world: int, log=print) -> None:
+    "The data the defaults point at, fetched by rank 0 while the other ranks wait for it."
+    if dist_info()[0] == 0:
+        prepare_data(cfg, resolve_recipe(cfg, world_size=world)["tokens"], log)
+    if world > 1:
+        dist.barrier()
+
+
+def save_run(run_dir: Path, requested: TrainConfig, model: GPT, optimizer, loader, state: dict, meta: dict) -> None:
+    "A checkpoint of `state` (every rank gathers its loader's position; rank 0 writes), config.json beside it."
+    positions = loader_positions(loader)
+    if dist_info()[0] == 0:  # config.json with the first checkpoint: a run killed before it leaves nothing like a run
+        atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
+        save_checkpoint(run_dir / "checkpoint", model, optimizer, state | {"loader": positions}, meta)
+
+
+def optimizer_step(model: GPT, optimizer, grad_clip: float) -> None:
+    "Clip the global gradient norm (when `grad_clip` > 0), update, and clear the gradients."
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    model.zero_grad(set_to_none=True)
+
+
 def evaluate(model: GPT, fn: Callable, autocast) -> float:
     "`fn()` with `model` in eval mode, without gradients, under the run's autocast."
     model.eval()
@@ -200,10 +225,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     cfg = resolve_settings(requested)
     start_process_group(cfg, world)
     device, dtype, run_dir = torch.device(cfg.device), getattr(torch, cfg.dtype), Path(cfg.run_dir)
-    if rank == 0:  # data the defaults point at, fetched once; the other ranks wait for it
-        prepare_data(cfg, resolve_recipe(cfg, world_size=world)["tokens"], log)
-    if world > 1:
-        dist.barrier()
+    prepare_data_once(cfg, world, log)
     tokenizer = run_tokenizer(cfg)
     recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
     digest = config_hash(cfg, recipe)
@@ -255,11 +277,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                                                                  device=device)["core"], autocast)
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
-            positions = loader_positions(loader)  # every rank takes part in gathering the positions
-            if rank == 0:  # config.json with the first checkpoint: a run killed before it leaves nothing like a run
-                atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
-                save_checkpoint(run_dir / "checkpoint", model, optimizer, {"step": step, "loader": positions,
-                                "train_time": train_time, "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
+            save_run(run_dir, requested, model, optimizer, loader, {"step": step, "train_time": train_time,
+                     "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
             saved_step = step
         if last:
             break
@@ -272,10 +291,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             raise TrainingDiverged.at(loss_value, step, run_dir, saved_step)
         schedule = apply_schedule(optimizer, min(step, horizon), horizon, cfg.warmup_steps, cfg.warmdown_ratio,
                                   cfg.final_lr_frac)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        model.zero_grad(set_to_none=True)
+        optimizer_step(model, optimizer, cfg.grad_clip)
         synchronize(device)
         dt = time.perf_counter() - t0
         train_time, part_time = train_time + dt, part_time + dt
