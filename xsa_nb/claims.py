@@ -14,14 +14,15 @@ from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
+from .records import DELTA_BLOCK_DEEP, DELTA_DEEP, ROUTING_D4, SINK_USE, XSA_FIRST, XSA_SINK, Study
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
-__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER', 'CONCENTRATION', 'CLAIMS',
-           'COLUMNS', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core',
-           'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight', 'routed',
-           'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos', 'conversion',
-           'Claim', 'section_link', 'claim_rows', 'write_claims']
+__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER',
+           'CONCENTRATION', 'CLAIMS', 'COLUMNS', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair',
+           'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight',
+           'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos',
+           'conversion', 'study_comparison', 'Claim', 'section_link', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -32,6 +33,8 @@ JUMP = PAIRED | {"diff": "jump", "ci_low": "jump_low", "ci_high": "jump_high", "
 "A conversion row's columns for its jump at conversion."
 VS_CONTROL = PAIRED | {"diff": "vs_control", "seeds": "control_seeds"}
 "A conversion row's columns for its difference from the control after continued training."
+STUDY_COLUMNS = PAIRED | {"diff": "diff_of_change", "verdict": "direction"}
+"A study row's columns (`12e_records`' `study_rows`): the difference of the change training made, its direction."
 
 
 def ours_only(rows: list[dict]) -> list[dict]:
@@ -218,6 +221,15 @@ def conversion(t: dict, cols: dict, what: str) -> dict | None:
     row = next((r for r in t["conversion"] if r["converted_to"] == "delta_block"), None)
     return paired(row, f"converted to delta_block: {what}", cols) if row else None
 
+
+def study_comparison(t: dict, study: Study, label: str) -> dict | None:
+    "One comparison of a study kept beside the preset: its change training made, Holm-corrected within the study."
+    row = next((r for r in t["studies"] if r["study"] == study.name and r["comparison"] == label), None)
+    if not row:
+        return None
+    out = paired(row, f"d{study.depth} {label}, change training made", STUDY_COLUMNS, unit="")
+    return out | {"verdict": f"{out['verdict']} (family: {study.name})"}
+
 # %% ../nbs/12c_claims.ipynb #c1a1a012
 @dataclass(frozen=True)
 class Claim:
@@ -243,7 +255,7 @@ def _ppl(preset: str) -> str:
 _XSA, _MUON, _DELTA = "XSA paper", "XSA under Muon", "Delta AttnRes"
 _DIRECTION = "direction only (theirs: loss; ours: bpb)"
 _PPL = "direction only (theirs: perplexity; ours: bpb)"
-_REPORT = "12_report"
+_REPORT, _STUDIES = "12_report", "07c_diagnostics"
 _gains = PUBLISHED_XSA_PAPER["downstream_gain"]
 _cos = PUBLISHED_XSA_PAPER["self_cos"]
 _dw, _d76, _mem = PUBLISHED_DELTA["max_weight"], PUBLISHED_DELTA["ppl_7.6B"], PUBLISHED_DELTA["memory_1044M"]
@@ -271,6 +283,14 @@ CLAIMS = (
     Claim("xsa_implicit_sink", _XSA, "XSA acts as an implicit attention sink, on the token itself",
           "unwanted attention goes to a_ii, and the projection removes it", self_weight,
           (_REPORT, "XSA's attention diagnostics over the seeds"), "direction (a_ii, XSA − baseline)"),
+    Claim("xsa_implicit_sink_learned", _XSA, "XSA's implicit sink: an XSA model uses a learned sink less than a baseline",
+          "unwanted attention goes to a_ii, and the projection removes it",
+          lambda t: study_comparison(t, XSA_SINK, SINK_USE), (_STUDIES, "XSA and the first token"),
+          "direction (ours: mass on a learned sink, mean over layers)"),
+    Claim("xsa_implicit_sink_first_token", _XSA, "XSA's implicit sink takes the mass a baseline parks on the first token",
+          "unwanted attention goes to a_ii, and the projection removes it",
+          lambda t: study_comparison(t, XSA_SINK, XSA_FIRST), (_STUDIES, "XSA and the first token"),
+          "direction (ours: mass on the first token, mean over layers)"),
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
           f"negligible latency and memory; under Muon within run-to-run noise (early estimate "
           f"{PUBLISHED_XSA_MUON_OVERHEAD_PCT} %)",
@@ -291,6 +311,12 @@ CLAIMS = (
           f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
           concentration, ("03_routing", "Why routing over cumulative states collapses"),
           "direction only (ours: normalised for the number of sources, (max − 1/S)/(1 − 1/S))"),
+    *(Claim(key, _DELTA, f"{name} concentrates more than AttnRes in deep layers (depth 4)",
+            f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
+            lambda t, label=label: study_comparison(t, ROUTING_D4, label), (_STUDIES, "Routing at depth 4"),
+            "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points)")
+      for key, name, label in (("delta_block_max_weight_d4", "Delta Block", DELTA_BLOCK_DEEP),
+                               ("delta_max_weight_d4", "per-sublayer Delta AttnRes", DELTA_DEEP))),
     Claim("delta_attnres_routing_alone", _DELTA, "AttnRes vs the standard residual, the routing alone (our control: "
           "neither has nanochat's residual scalars)", f"{_ppl('attnres')} perplexity (against their standard model)",
           attnres_vs_plain, ("03_routing", "The router, proved on a stack of known sublayers"), _PPL),
@@ -335,9 +361,11 @@ COLUMNS = ("key", "study", "claim", "published", "ours", "diff", "ci_low", "ci_h
 
 
 def claim_rows(muon: list[dict], sweep: list[dict], routing: list[dict], conversion: list[dict],
-               diagnostics: list[dict], chat: list[dict] = (), claims: tuple[Claim, ...] = CLAIMS) -> list[dict]:
-    "One row per claim: theirs, ours from the report's tables (after the family's correction), or not measured."
-    tables = dict(muon=muon, sweep=sweep, routing=routing, conversion=conversion, diagnostics=diagnostics, chat=chat)
+               diagnostics: list[dict], chat: list[dict] = (), studies: list[dict] = (),
+               claims: tuple[Claim, ...] = CLAIMS) -> list[dict]:
+    "One row per claim: theirs, ours from the report's tables (after the family's correction) or studies, or not measured."
+    tables = dict(muon=muon, sweep=sweep, routing=routing, conversion=conversion, diagnostics=diagnostics, chat=chat,
+                  studies=studies)
     rows = []
     for c in claims:
         ours = c.ours(tables) or {"ours": NOT_MEASURED, "verdict": NOT_MEASURED}
@@ -353,10 +381,15 @@ def claim_rows(muon: list[dict], sweep: list[dict], routing: list[dict], convers
 CLAIMS_NOTES = (
     "verdicts are the report's: better / worse only when the paired interval, at the level Holm's correction gives "
     "it in the report's family of comparisons (5 % chance of any false verdict), excludes 0; mde: the smallest true "
-    "difference its seeds would resolve with 80 % probability; descriptions and exploratory rows are outside the family",
+    "difference its seeds would resolve with 80 % probability, in the unit of ours; descriptions and exploratory rows "
+    "are outside the family",
+    "a verdict that names a family is a study's kept beside the preset (07c_diagnostics; docs/results/<study>/): "
+    "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
+    "at the level Holm's correction gives it in that study's family, excludes 0",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
-    f"'{NOT_MEASURED}': no complete run of the preset measures it; seeds: the paired seeds behind ours",
+    f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; seeds: the paired "
+    "seeds behind ours",
 )
 
 
@@ -380,6 +413,6 @@ def write_claims(rows: list[dict], out_dir: Path, preset: str = "") -> list[Path
     title = "# Claims ledger" + (f": `{preset}` preset" if preset else "")
     md = (f"{title}\n\nEvery claim of the three studies, theirs beside ours, written from the records by "
           "`12c_claims`.\n\n" + "".join(f"- {n}\n" for n in CLAIMS_NOTES) + "\n"
-          + markdown_table([_cell(r) for r in rows], empty="_no claims_", units={"mde": "bpb"}))
+          + markdown_table([_cell(r) for r in rows], empty="_no claims_"))
     atomic_write_text(out_dir / "claims.md", md)
     return [out_dir / "claims.csv", out_dir / "claims.md"]

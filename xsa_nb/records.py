@@ -9,17 +9,23 @@ import csv
 import io
 import json
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import copy_records, read_metrics
 from .core_eval import CORE_TASKS
 from .experiments import Preset, run_name, run_status
+from .stats import family_verdicts, paired_difference
+from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table
 
 # %% auto #0
-__all__ = ['CSV_ONLY', 'BPB_UNITS', 'read_run', 'read_runs', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result',
-           'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records',
-           'check_one_commit']
+__all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
+           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'read_run', 'read_runs', 'write_table', 'seed_runs',
+           'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes',
+           'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean', 'deep_concentration',
+           'by_seed', 'study_rows', 'Study', 'study_table']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -153,3 +159,84 @@ def check_one_commit(runs: dict, allow_mixed_commits: bool = False) -> None:
                             for c, names in commits.items())
         raise ValueError(f"the runs come from {len(commits)} commits of the code ({listing}); rerun the stale ones, "
                          "or pass allow_mixed_commits=True to report them together anyway")
+
+# %% ../nbs/12e_records.ipynb #986c98aa
+STUDY_SEEDS = (0, 1, 2)
+"The seeds of every arm of a study kept beside a preset."
+DEEP_LAYERS = (2, 3, 4)
+"At depth 4, the deep half's routing points: the last two layers' reads and the final read (layer 4)."
+Comparison = tuple[str, str, str, Callable[[dict], float]]
+"(label, first arm, second arm, the diagnostic of one measurement): second − first is compared."
+
+
+def kept_study(out: Path, names=None) -> dict[str, dict]:
+    """The kept records of a study's runs (`names`, or every run kept in `out`) with their measurements:
+    {name: {'train', 'val', 'summary', 'measured'}}."""
+    out = Path(out)
+    names = sorted(p.parent.name for p in out.glob("*/measured.json")) if names is None else names
+    return {n: read_kept(out / n) | {"measured": json.loads((out / n / "measured.json").read_text())} for n in names}
+
+
+def layer_mean(key: str) -> Callable[[dict], float]:
+    "A run's attention diagnostic `key` averaged over its layers (of a 'trained' or 'untrained' measurement)."
+    return lambda m: statistics.fmean(m["attention"][key])
+
+
+def deep_concentration(m: dict) -> float:
+    "Mean normalised concentration over the routing points of DEEP_LAYERS (of one measurement)."
+    return statistics.fmean(p["concentration"] for p in m["routing"] if p["layer"] in DEEP_LAYERS)
+
+
+def by_seed(runs: dict, depth: int, arm: str, value: Callable[[dict], float], state: str = "trained") -> dict[int, float]:
+    "`value` of each seed's measurement (`state`: 'trained', 'untrained' or 'change', trained minus untrained)."
+    def one(m: dict) -> float:
+        return value(m["untrained"]) if state == "untrained" else value(m["trained"]) - (
+            value(m["untrained"]) if state == "change" else 0.0)
+    return {s: one(runs[run_name(depth, arm, s)]["measured"]) for s in STUDY_SEEDS}
+
+
+def study_rows(runs: dict, depth: int, comparisons: tuple[Comparison, ...]) -> list[dict]:
+    """Each comparison paired over seeds on the change training made, Holm-corrected over the comparisons; with both
+    arms' trained and untrained means."""
+    pairs = [paired_difference(by_seed(runs, depth, a, f, "change"), by_seed(runs, depth, b, f, "change"))
+             for _, a, b, f in comparisons]
+    rows = []
+    for (label, a, b, f), c, fam in zip(comparisons, pairs, family_verdicts(pairs)):
+        shown = {arm: " → ".join(f"{statistics.fmean(by_seed(runs, depth, arm, f, st).values()):.4f}"
+                                 for st in ("untrained", "trained")) for arm in (a, b)}
+        rows.append({"comparison": label, "seeds": c["seeds"], "first arm (untrained → trained)": shown[a],
+                     "second arm (untrained → trained)": shown[b], "diff_of_change": c["diff"],
+                     "ci_low": fam["ci_low"], "ci_high": fam["ci_high"], "level": fam["level"],
+                     "direction": {"better": "lower", "worse": "higher"}.get(fam["verdict"], fam["verdict"]),
+                     "mde": fam["mde"]})
+    return rows
+
+
+@dataclass(frozen=True)
+class Study:
+    "A study kept beside a preset: its directory under docs/results/, the preset it extends, its depth, its family."
+    name: str
+    preset: str  # the preset whose headline recipe its runs train
+    depth: int
+    comparisons: tuple[Comparison, ...]
+
+
+DELTA_BLOCK_DEEP, DELTA_DEEP = "Delta Block − AttnRes, deep concentration", "Delta AttnRes − AttnRes, deep concentration"
+XSA_FIRST, SINK_USE = "XSA − baseline, first-token mass", "XSA with sink − baseline with sink, sink mass"
+"The labels of the comparisons the claims ledger reads (`12c_claims`)."
+ROUTING_D4 = Study("routing_d4", "cpu", 4, ((DELTA_BLOCK_DEEP, "attnres", "delta_block", deep_concentration),
+                                            (DELTA_DEEP, "attnres", "delta", deep_concentration)))
+XSA_SINK = Study("xsa_sink", "cpu", 2, (("XSA − baseline, a_ii", "base", "xsa", layer_mean("diagonal_mass")),
+                                        (XSA_FIRST, "base", "xsa", layer_mean("first_mass")),
+                                        ("XSA with sink − XSA, a_ii", "xsa", "xsa_sink", layer_mean("diagonal_mass")),
+                                        (SINK_USE, "sink", "xsa_sink", layer_mean("sink_mass")),
+                                        ("baseline with sink − baseline, first-token mass", "base", "sink",
+                                         layer_mean("first_mass"))))
+STUDIES = (ROUTING_D4, XSA_SINK)
+"The studies kept beside a preset (`07c_diagnostics`), each with its comparisons in the order its table shows them."
+
+
+def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES) -> list[dict]:
+    "Every comparison of the studies of `preset` kept under `results` (`docs/results/`), each row naming its study."
+    return [{"study": s.name} | row for s in studies if s.preset == preset and (Path(results) / s.name).is_dir()
+            for row in study_rows(kept_study(Path(results) / s.name), s.depth, s.comparisons)]

@@ -20,11 +20,11 @@ from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
 from .records import (BPB_UNITS, check_one_commit, context_notes, core_result, offline_core_tasks,
-                            per_run_rows, read_runs, seed_runs, val_bpb_by_seed, write_table)
+                            per_run_rows, read_runs, seed_runs, study_table, val_bpb_by_seed, write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
 from .stats import family_verdicts, paired_difference, mean_interval, ratio_interval
-from .utils import atomic_write_text, markdown_table
+from .utils import atomic_write_text, markdown_table, repo_root
 
 # %% auto #0
 __all__ = ['XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
@@ -544,7 +544,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, "each run's own") + [
                              "train_s: training time in seconds (on a machine shared with other work it measures its "
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
-    files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat), out_dir, p.name)
+    studies = study_table(repo_root() / "docs" / "results", p.name)
+    files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat, studies), out_dir, p.name)
     effects = report_effects(family_members(muon, sweep, routing, conversion, min_seeds=1))  # the family, then 1-seed rows
     files.append(effects_figure(effects, out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
