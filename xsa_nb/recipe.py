@@ -5,6 +5,7 @@
 # %% ../nbs/08a_recipe.ipynb #4e6afe24
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from pathlib import Path
@@ -22,7 +23,8 @@ from .tokenizer import Tokenizer, train_tokenizer
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
            'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'STUDY_SHAPES',
            'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
-           'fetch_or_explain', 'prepare_data', 'run_plan', 'shape_text', 'plan_text', 'check_run_length']
+           'fetch_or_explain', 'prepare_data', 'device_peak_flops', 'run_plan', 'shape_text', 'plan_text',
+           'check_run_length']
 
 # %% ../nbs/08a_recipe.ipynb #a0800004
 B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
@@ -145,6 +147,12 @@ def prepare_data(cfg: TrainConfig, tokens: int, log=print, base_url: str | None 
     return done
 
 
+@functools.cache
+def device_peak_flops(device: str, dtype: str) -> float:
+    "`matmul_flops` of `device` in `dtype`, measured once per process (in bf16 on a CPU without bf16 units: seconds)."
+    return matmul_flops(torch.device(device), getattr(torch, dtype))
+
+
 def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
     "What a run would do, resolved on this machine, without doing it: settings, data to fetch, recipe, time."
     s = resolve_settings(cfg)
@@ -161,7 +169,7 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
                     tokenizer_to_train=not Path(s.tokenizer_path).is_file())
     device = torch.device(s.device)
     here = device.type != "cuda" or torch.cuda.is_available()
-    peak = matmul_flops(device, getattr(torch, s.dtype)) if here else STATED_PEAK_FLOPS
+    peak = device_peak_flops(s.device, s.dtype) if here else STATED_PEAK_FLOPS
     flops = recipe["flops_per_token"] * recipe["tokens"]
     evaluations = (recipe["steps"] // s.eval_every if s.eval_every > 0 else 0) + 1  # and one at the end
     eval_flops = recipe["flops_per_token"] / 3 * s.eval_tokens * evaluations  # a forward is a third of a step's FLOPs

@@ -21,11 +21,13 @@ from tqdm.auto import tqdm
 from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig
 from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .trainer import train
 from .utils import positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order',
-           'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'REHEARSAL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment',
+           'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset',
+           'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -228,6 +230,62 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
         if failed:
             raise RuntimeError(f"runs that did not finish: {', '.join(failed)} (the jobs' logs: {runs_dir / 'jobs'})")
     return list(jobs.values())
+
+# %% ../nbs/09b_runner.ipynb #32d7349d
+GPU_PRESETS = ("gpu-smoke", "d12", "d24")
+REHEARSAL = dict(device="cpu", depth=2, n_embd=64, n_head=1, head_dim=64, device_batch_size=1, steps=2, warmup_steps=1,
+                 eval_every=-1, eval_tokens=1, save_every=-1, data_dir="", tokenizer_path="", core_every=-1,
+                 core_bundle="", attention="sdpa", compile=False, dtype="bfloat16", muon_dtype="bfloat16",
+                 packing="bestfit")
+"What a GPU run's rehearsal changes (eval_tokens 1: one batch); everything else is the run's own."
+
+
+def rehearsal_run(run: Run, name: str, after: str, compiled: bool) -> Run:
+    "`run` as the CPU rehearses it (`REHEARSAL`), named `name`, after rehearsal run `after`."
+    if run.kind == "sft":
+        params = run.params | dict(steps=2, eval_every=-1, eval_tokens=1, save_every=-1, device="cpu", dtype="bfloat16",
+                                   chat_dir="")
+    else:
+        params = run.params | REHEARSAL | dict(total_batch_size=run.params["seq_len"], compile=compiled)
+        if str(params.get("xsa_layers", "all")).startswith("last:"):
+            params["xsa_layers"] = "last:1"
+    return Run(name, params, run.eval | dict(device="cpu", eval_tokens=1, diag_rows=1, core_bundle="", chat_dir=""),
+               after, run.kind)
+
+
+def rehearsal_runs(presets: tuple[str, ...] = GPU_PRESETS) -> tuple[list[Run], dict[str, str]]:
+    "One rehearsal run per code path of `presets`' runs, and which rehearsal run stands for each `preset/run`."
+    runs, stands_for, by_path = [], {}, {}
+    for preset in presets:
+        for run in get_preset(preset).runs:
+            after = stands_for.get(f"{preset}/{run.after}", "")
+            rehearsed = rehearsal_run(run, f"{preset}_{run.name}", after, compiled=not runs)
+            path = (run.kind, after, json.dumps({k: v for k, v in rehearsed.params.items()
+                                                 if k not in ("seed", "lr_scale", "compile")}, sort_keys=True))
+            if path not in by_path:
+                by_path[path] = rehearsed.name
+                runs.append(rehearsed)
+            stands_for[f"{preset}/{run.name}"] = by_path[path]
+    return runs, stands_for
+
+
+def rehearse(root: Path, runs_dir: Path, presets: tuple[str, ...] = GPU_PRESETS) -> list[Run]:
+    """Train every rehearsal run of `presets` into `runs_dir` (in this process; fine-tuning through `14_sft`), then
+    evaluate the first run of each kind — trained, routed, fine-tuned — through `11_eval`; return the runs."""
+    runs, evaluated = rehearsal_runs(presets)[0], set()
+    with without_env("IN_TEST"):
+        for run in tqdm(runs, desc="rehearsal", unit="run"):
+            params, run_dir = train_params(run, runs_dir), runs_dir / run.name
+            if run.kind == "sft":
+                run_papermill(root / "nbs" / "14_sft.ipynb", run_dir / "train.ipynb", params, cwd=root, echo=False)
+            else:
+                train(TrainConfig(**params), log=lambda *_: None, progress=False)
+            kind = (run.kind, run.params.get("residual", "standard") != "standard")
+            if kind not in evaluated:
+                evaluated.add(kind)
+                run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb",
+                              dict(run.eval, run_dir=str(run_dir)), cwd=root, echo=False)
+    return runs
 
 # %% ../nbs/09b_runner.ipynb #ea6994d1
 def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,

@@ -1,0 +1,33 @@
+"""Every run of the GPU presets rehearsed on the CPU (`09b_runner`: `rehearse`): one run per code path, with the run's
+own settings but for the device, width, steps and data; what a CPU cannot rehearse is listed in 09b_runner and left to
+`tools/gpu_check.sh`."""
+import json
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_every_gpu_run_is_rehearsed_on_the_cpu(tmp_path):
+    from xsa_nb.runner import rehearsal_runs, rehearse
+    runs = rehearse(ROOT, tmp_path)
+    assert [r.name for r in runs] == [r.name for r in rehearsal_runs()[0]]
+    for run in runs:
+        summary = json.loads((tmp_path / run.name / "summary.json").read_text())
+        settings, config = summary["settings"], json.loads((tmp_path / run.name / "config.json").read_text())
+        continued = run.kind == "train" and bool(run.after)  # counts its base run's two steps too
+        assert summary["steps"] == (4 if continued else 2) and 0 < summary["val_bpb"] < 20, run.name
+        assert (settings["device"], settings["dtype"], settings["window_pattern"]) == ("cpu", "bfloat16", "SSSL")
+        if run.kind == "sft":  # fine-tuned from its base run, on the committed chat sample
+            assert config["init_from"] == str(tmp_path / run.after)
+            assert (tmp_path / run.name / "sft.json").is_file()
+        else:
+            assert settings["seq_len"] == run.params["seq_len"] and settings["packing"] == "bestfit"
+            assert config["continue_from"] == (str(tmp_path / run.after) if run.after else "")
+            assert settings["compile"] == run.params["compile"]
+    evaluated = {r.name for r in runs if (tmp_path / r.name / "eval.json").is_file()}
+    kinds = {(r.kind, r.params.get("residual", "standard") != "standard") for r in runs if r.name in evaluated}
+    assert kinds == {("train", False), ("train", True), ("sft", False)}, evaluated
+    routed = next(r for r in runs if r.name in evaluated and r.params.get("residual", "standard") != "standard")
+    assert json.loads((tmp_path / routed.name / "eval.json").read_text())["routing"]["points"]
