@@ -111,6 +111,8 @@ def test_every_eval_option_is_a_parameter_with_its_default():
     ("10_train.ipynb", "stepz", "3", "unknown parameter 'stepz' (did you mean 'steps'?)"),
     ("10_train.ipynb", "xsa_alpha", "abc", "xsa_alpha: could not read 'abc' as a number"),
     ("11_eval.ipynb", "run_dir", "runs/missing", "run_dir 'runs/missing' does not exist"),
+    ("14_sft.ipynb", "mmlu_epochs", "-1", "mmlu_epochs must be an integer >= 0, got -1"),
+    ("14_sft.ipynb", "init_lr_frac", "abc", "init_lr_frac: could not read 'abc' as a number"),
 ])
 def test_bad_parameters_fail_before_any_work(tmp_path, notebook, param, value, message):
     res = papermill(notebook, "out.ipynb", "-p", param, value, cwd=tmp_path)

@@ -11,8 +11,9 @@ from conftest import ROOT
 @pytest.mark.slow
 def test_every_gpu_run_is_rehearsed_on_the_cpu(tmp_path):
     from xsa_nb.runner import rehearsal_runs, rehearse
+    from xsa_nb.model import MODEL_SWITCHES
     runs = rehearse(ROOT, tmp_path)
-    assert [r.name for r in runs] == [r.name for r in rehearsal_runs()[0]]
+    assert {r.name for r in runs} == set(rehearsal_runs()[1].values())  # a stand-in for every run of the presets
     for run in runs:
         summary = json.loads((tmp_path / run.name / "summary.json").read_text())
         settings, config = summary["settings"], json.loads((tmp_path / run.name / "config.json").read_text())
@@ -22,8 +23,11 @@ def test_every_gpu_run_is_rehearsed_on_the_cpu(tmp_path):
         if run.kind == "sft":  # fine-tuned from its base run, on the committed chat sample
             assert config["init_from"] == str(tmp_path / run.after)
             assert (tmp_path / run.name / "sft.json").is_file()
-        else:
+        else:  # every switch the run sets reached it, on the run's T with nanochat's packing, two micro-steps a step
+            assert {k: settings[k] for k in MODEL_SWITCHES if k in run.params} == \
+                {k: v for k, v in run.params.items() if k in MODEL_SWITCHES}, run.name
             assert settings["seq_len"] == run.params["seq_len"] and settings["packing"] == "bestfit"
+            assert summary["recipe"]["grad_accum_steps"] == 2
             assert config["continue_from"] == (str(tmp_path / run.after) if run.after else "")
             assert settings["compile"] == run.params["compile"]
     evaluated = {r.name for r in runs if (tmp_path / r.name / "eval.json").is_file()}

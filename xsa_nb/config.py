@@ -20,20 +20,20 @@ from .model import GPT, MODEL_SWITCHES, GPTConfig
 from .routing import RESIDUAL_PRESETS
 from .xsa import ATTENTION_BACKENDS
 from .tokenizer import Tokenizer
-from .utils import KERNEL_IMPLS, check_device, dist_info
+from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need
 
 # %% auto #0
 __all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'resolve_device',
            'cpu_has_bf16_units', 'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings',
-           'resolve_settings', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'need', 'is_integer', 'check_dtype',
-           'check_schedule', 'validate', 'SFTConfig', 'validate_sft', 'meta_model', 'run_tokenizer', 'build_model']
+           'resolve_settings', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'check_dtype', 'check_schedule',
+           'validate', 'SFTConfig', 'validate_sft', 'meta_model', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
 
 
 def option(default, help: str):
-    "A `TrainConfig` field: its default and the one line of help that the CLI and `10_train` show."
+    "A field of a run's configuration: its default and the one line of help its notebook's parameters cell shows."
     return field(default=default, metadata={"help": help})
 
 
@@ -221,23 +221,12 @@ def is_cache_path(path: str, name: str) -> bool:
     return bool(path) and Path(path).expanduser() == cache_dir() / name
 
 
-def need(ok: bool, msg: str) -> None:
-    "Raise ValueError(`msg`) unless `ok`: a message naming the bad value and what is allowed."
-    if not ok:
-        raise ValueError(msg)
-
-
-def is_integer(value) -> bool:
-    "An int that is not a bool."
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_dtype(name: str, value: str) -> None:
     "A compute dtype option: auto, float32 or bfloat16."
     need(value in (AUTO, "float32", "bfloat16"), f"{name} must be auto, float32 or bfloat16, got {value!r}")
 
 
-def check_schedule(s) -> None:
+def check_schedule(s: TrainConfig | SFTConfig) -> None:
     "The schedule options a training run and a fine-tuning share: weight decay, warm-up, warm-down, final rate."
     need(is_integer(s.warmup_steps) and s.warmup_steps >= 0, f"warmup_steps must be an integer >= 0, got {s.warmup_steps!r}")
     need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
@@ -295,7 +284,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 # %% ../nbs/08_config.ipynb #ad72d4cb
 @dataclass
 class SFTConfig:
-    "Every option of one fine-tuning run (`14_sft`), declared once, with nanochat's SFT defaults."
+    "Every option of one fine-tuning run (`14_sft`), declared once: nanochat's SFT schedule, a CPU-sized validation."
     init_from: str = option("runs/default", "base run directory written by 10_train: its weights and switches start this run")
     run_dir: str = option("", "where this run is written, empty for <init_from>_sft")
     chat_dir: str = option("", "chat data directory (xsa_nb.chat_data layout), empty for the committed sample (a pipeline check only)")

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .data import iter_documents, make_loader
 from .tokenizer import token_bytes
-from .utils import check_device, dist_info
+from .utils import check_device, dist_info, need
 
 # %% auto #0
 __all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'CountModel', 'count_tokens', 'count_model',
@@ -160,9 +160,6 @@ class EvalConfig:
 
 def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
     "Check an evaluation's configuration before any work; raise ValueError naming the bad value and what is allowed."
-    def need(ok: bool, msg: str) -> None:
-        if not ok:
-            raise ValueError(msg)
     run = Path(cfg.run_dir)
     need(bool(cfg.run_dir), "run_dir is required: give a run directory of 10_train (-p run_dir DIR)")
     need(run.is_dir(), f"run_dir {cfg.run_dir!r} does not exist: give a run directory of 10_train")

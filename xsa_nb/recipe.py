@@ -148,8 +148,8 @@ def prepare_data(cfg: TrainConfig, tokens: int, log=print, base_url: str | None 
 
 
 @functools.cache
-def device_peak_flops(device: str, dtype: str) -> float:
-    "`matmul_flops` of `device` in `dtype`, measured once per process (in bf16 on a CPU without bf16 units: seconds)."
+def device_peak_flops(device: str, dtype: str, threads: int) -> float:
+    "`matmul_flops(device, dtype)` on `threads` threads, once per process (bf16 on a CPU without bf16 units: seconds)."
     return matmul_flops(torch.device(device), getattr(torch, dtype))
 
 
@@ -169,7 +169,7 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
                     tokenizer_to_train=not Path(s.tokenizer_path).is_file())
     device = torch.device(s.device)
     here = device.type != "cuda" or torch.cuda.is_available()
-    peak = device_peak_flops(s.device, s.dtype) if here else STATED_PEAK_FLOPS
+    peak = device_peak_flops(s.device, s.dtype, torch.get_num_threads()) if here else STATED_PEAK_FLOPS
     flops = recipe["flops_per_token"] * recipe["tokens"]
     evaluations = (recipe["steps"] // s.eval_every if s.eval_every > 0 else 0) + 1  # and one at the end
     eval_flops = recipe["flops_per_token"] / 3 * s.eval_tokens * evaluations  # a forward is a third of a step's FLOPs

@@ -18,7 +18,7 @@ from .core_eval import CORE_TASKS
 from .experiments import Preset, run_name, run_status
 from .stats import family_verdicts, paired_difference
 from .trainer import read_kept
-from .utils import atomic_write_text, markdown_table
+from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
@@ -169,7 +169,7 @@ Comparison = tuple[str, str, str, Callable[[dict], float]]
 "(label, first arm, second arm, the diagnostic of one measurement): second − first is compared."
 
 
-def kept_study(out: Path, names=None) -> dict[str, dict]:
+def kept_study(out: Path, names: list[str] | None = None) -> dict[str, dict]:
     """The kept records of a study's runs (`names`, or every run kept in `out`) with their measurements:
     {name: {'train', 'val', 'summary', 'measured'}}."""
     out = Path(out)
@@ -192,6 +192,8 @@ def by_seed(runs: dict, depth: int, arm: str, value: Callable[[dict], float], st
     def one(m: dict) -> float:
         return value(m["untrained"]) if state == "untrained" else value(m["trained"]) - (
             value(m["untrained"]) if state == "change" else 0.0)
+    missing = [run_name(depth, arm, s) for s in STUDY_SEEDS if run_name(depth, arm, s) not in runs]
+    need(not missing, f"the study keeps no run {', '.join(missing)}: every arm needs seeds {STUDY_SEEDS}")
     return {s: one(runs[run_name(depth, arm, s)]["measured"]) for s in STUDY_SEEDS}
 
 

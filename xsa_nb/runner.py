@@ -25,9 +25,9 @@ from .trainer import train
 from .utils import positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'REHEARSAL', 'run_papermill', 'without_env', 'torchrun_command', 'run_experiment',
-           'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset',
-           'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'without_env', 'torchrun_command',
+           'run_experiment', 'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes',
+           'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -233,20 +233,20 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
 
 # %% ../nbs/09b_runner.ipynb #32d7349d
 GPU_PRESETS = ("gpu-smoke", "d12", "d24")
-REHEARSAL = dict(device="cpu", depth=2, n_embd=64, n_head=1, head_dim=64, device_batch_size=1, steps=2, warmup_steps=1,
-                 eval_every=-1, eval_tokens=1, save_every=-1, data_dir="", tokenizer_path="", core_every=-1,
-                 core_bundle="", attention="sdpa", compile=False, dtype="bfloat16", muon_dtype="bfloat16",
-                 packing="bestfit")
-"What a GPU run's rehearsal changes (eval_tokens 1: one batch); everything else is the run's own."
+SFT_REHEARSAL = dict(device="cpu", dtype="bfloat16", steps=2, eval_every=-1, eval_tokens=1, save_every=-1, chat_dir="")
+"What a fine-tuning run's rehearsal changes (eval_tokens 1: one batch; the committed chat sample)."
+REHEARSAL = {k: v for k, v in SFT_REHEARSAL.items() if k != "chat_dir"} | dict(
+    depth=2, n_embd=64, n_head=1, head_dim=64, device_batch_size=1, warmup_steps=1, data_dir="", tokenizer_path="",
+    core_every=-1, core_bundle="", attention="sdpa", muon_dtype="bfloat16", packing="bestfit")
+"What a training run's rehearsal changes; also its batch (two rows of its T: two micro-steps) and `last:N` (`last:1`)."
 
 
 def rehearsal_run(run: Run, name: str, after: str, compiled: bool) -> Run:
-    "`run` as the CPU rehearses it (`REHEARSAL`), named `name`, after rehearsal run `after`."
+    "`run` as the CPU rehearses it (`REHEARSAL`, `SFT_REHEARSAL`), named `name`, after rehearsal run `after`."
     if run.kind == "sft":
-        params = run.params | dict(steps=2, eval_every=-1, eval_tokens=1, save_every=-1, device="cpu", dtype="bfloat16",
-                                   chat_dir="")
+        params = run.params | SFT_REHEARSAL
     else:
-        params = run.params | REHEARSAL | dict(total_batch_size=run.params["seq_len"], compile=compiled)
+        params = run.params | REHEARSAL | dict(total_batch_size=2 * run.params["seq_len"], compile=compiled)
         if str(params.get("xsa_layers", "all")).startswith("last:"):
             params["xsa_layers"] = "last:1"
     return Run(name, params, run.eval | dict(device="cpu", eval_tokens=1, diag_rows=1, core_bundle="", chat_dir=""),
@@ -258,7 +258,7 @@ def rehearsal_runs(presets: tuple[str, ...] = GPU_PRESETS) -> tuple[list[Run], d
     runs, stands_for, by_path = [], {}, {}
     for preset in presets:
         for run in get_preset(preset).runs:
-            after = stands_for.get(f"{preset}/{run.after}", "")
+            after = stands_for[f"{preset}/{run.after}"] if run.after else ""
             rehearsed = rehearsal_run(run, f"{preset}_{run.name}", after, compiled=not runs)
             path = (run.kind, after, json.dumps({k: v for k, v in rehearsed.params.items()
                                                  if k not in ("seed", "lr_scale", "compile")}, sort_keys=True))
@@ -270,8 +270,9 @@ def rehearsal_runs(presets: tuple[str, ...] = GPU_PRESETS) -> tuple[list[Run], d
 
 
 def rehearse(root: Path, runs_dir: Path, presets: tuple[str, ...] = GPU_PRESETS) -> list[Run]:
-    """Train every rehearsal run of `presets` into `runs_dir` (in this process; fine-tuning through `14_sft`), then
-    evaluate the first run of each kind — trained, routed, fine-tuned — through `11_eval`; return the runs."""
+    """Train every rehearsal run of `presets` into `runs_dir`, then evaluate the first run of each kind — trained,
+    routed, fine-tuned — through `11_eval`; return the runs. Unlike `run_experiment`, training runs in this process
+    (one import, no kernel start: minutes saved over 21 runs); fine-tuning goes through `14_sft`, whose logic is there."""
     runs, evaluated = rehearsal_runs(presets)[0], set()
     with without_env("IN_TEST"):
         for run in tqdm(runs, desc="rehearsal", unit="run"):

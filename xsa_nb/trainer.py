@@ -178,23 +178,24 @@ def metrics_recorder(run_dir: Path, tracker=None) -> Callable[[dict], None]:
     return record
 
 
-def prepare_data_once(cfg: TrainConfig, world: int, log=print) -> None:
+def prepare_data_once(cfg: TrainConfig, rank: int, world: int, log=print) -> None:
     "The data the defaults point at, fetched by rank 0 while the other ranks wait for it."
-    if dist_info()[0] == 0:
+    if rank == 0:
         prepare_data(cfg, resolve_recipe(cfg, world_size=world)["tokens"], log)
     if world > 1:
         dist.barrier()
 
 
-def save_run(run_dir: Path, requested: TrainConfig, model: GPT, optimizer, loader, state: dict, meta: dict) -> None:
+def save_run(run_dir: Path, rank: int, requested: TrainConfig, model: GPT, optimizer: MuonAdamW, loader,
+             state: dict, meta: dict) -> None:
     "A checkpoint of `state` (every rank gathers its loader's position; rank 0 writes), config.json beside it."
     positions = loader_positions(loader)
-    if dist_info()[0] == 0:  # config.json with the first checkpoint: a run killed before it leaves nothing like a run
+    if rank == 0:  # config.json with the first checkpoint: a run killed before it leaves nothing like a run
         atomic_write_text(run_dir / "config.json", json.dumps(requested.to_dict(), indent=2))
         save_checkpoint(run_dir / "checkpoint", model, optimizer, state | {"loader": positions}, meta)
 
 
-def optimizer_step(model: GPT, optimizer, grad_clip: float) -> None:
+def optimizer_step(model: GPT, optimizer: MuonAdamW, grad_clip: float) -> None:
     "Clip the global gradient norm (when `grad_clip` > 0), update, and clear the gradients."
     if grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -225,7 +226,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     cfg = resolve_settings(requested)
     start_process_group(cfg, world)
     device, dtype, run_dir = torch.device(cfg.device), getattr(torch, cfg.dtype), Path(cfg.run_dir)
-    prepare_data_once(cfg, world, log)
+    prepare_data_once(cfg, rank, world, log)
     tokenizer = run_tokenizer(cfg)
     recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
     digest = config_hash(cfg, recipe)
@@ -277,7 +278,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
                                                                  device=device)["core"], autocast)
             record({"step": step, "core": summary["core"]})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
-            save_run(run_dir, requested, model, optimizer, loader, {"step": step, "train_time": train_time,
+            save_run(run_dir, rank, requested, model, optimizer, loader, {"step": step, "train_time": train_time,
                      "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
             saved_step = step
         if last:

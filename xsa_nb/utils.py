@@ -21,8 +21,9 @@ import torch.distributed as dist
 import xsa_nb
 
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'positive_int', 'check_device',
-           'check_impl', 'paired_cpu_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
+__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need', 'is_integer',
+           'positive_int', 'check_device', 'check_impl', 'paired_ms', 'median_ratio', 'one_thread', 'table_cell',
+           'markdown_table', 'sphinx_anchor']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -59,10 +60,20 @@ def repo_root() -> Path:
     return Path(xsa_nb.__file__).resolve().parents[1]
 
 # %% ../nbs/00a_utils.ipynb #b6750497
+def need(ok: bool, msg: str) -> None:
+    "Raise ValueError(`msg`) unless `ok`: `msg` names the bad value and what is allowed."
+    if not ok:
+        raise ValueError(msg)
+
+
+def is_integer(value) -> bool:
+    "An int that is not a bool."
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def positive_int(name: str, value, meaning: str = "") -> None:
     "Raise a ValueError naming `name` unless `value` is an integer >= 1 (`meaning` says what it counts)."
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1{meaning}, got {value!r}")
+    need(is_integer(value) and value >= 1, f"{name} must be an integer >= 1{meaning}, got {value!r}")
 
 # %% ../nbs/00a_utils.ipynb #bac5c8f3
 def check_device(device: str, available: bool = True) -> None:
@@ -91,9 +102,9 @@ def check_impl(impl: str, name: str = "impl") -> str:
     return impl
 
 # %% ../nbs/00a_utils.ipynb #21daf051
-def paired_cpu_ms(fns: dict[str, Callable[[], object]], repeats: int = 40, warmup: int = 3,
+def paired_ms(fns: dict[str, Callable[[], object]], repeats: int = 40, warmup: int = 3,
                   clock: Callable[[], float] = time.thread_time) -> dict[str, list[float]]:
-    "Time (ms) of each zero-argument callable per repeat, the callables run alternately; thread CPU time by default."
+    "Time (ms) of each zero-argument callable per repeat, run alternately, on `clock` (thread CPU time by default)."
     times = {name: [] for name in fns}
     for r in range(warmup + repeats):
         for name, fn in fns.items():
