@@ -9,6 +9,7 @@ from conftest import ROOT
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 5 minutes on a core of its own; more on a loaded machine
 def test_every_gpu_run_is_rehearsed_on_the_cpu(tmp_path):
     from xsa_nb.runner import rehearsal_runs, rehearse
     from xsa_nb.model import MODEL_SWITCHES
