@@ -23,10 +23,10 @@ from .tokenizer import Tokenizer
 from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need
 
 # %% auto #0
-__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'resolve_device',
-           'cpu_has_bf16_units', 'compute_dtype', 'synchronize', 'matmul_flops', 'cache_dir', 'device_settings',
-           'resolve_settings', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'check_dtype', 'check_schedule',
-           'validate', 'SFTConfig', 'validate_sft', 'meta_model', 'run_tokenizer', 'build_model']
+__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'check_dtype',
+           'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
+           'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec', 'model_config',
+           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -109,6 +109,62 @@ def parameters_source(cls: type = TrainConfig) -> str:
     "The `parameters` cell of a papermill notebook: one `name = default  # help` line per option of `cls`."
     value = lambda v: json.dumps(v) if isinstance(v, str) else repr(v)  # strings in double quotes, as people write them
     return "\n".join(f"{f.name} = {value(f.default)}  # {f.metadata['help']}" for f in dataclasses.fields(cls))
+
+# %% ../nbs/08_config.ipynb #ad72d4cb
+@dataclass
+class SFTConfig:
+    "Every option of one fine-tuning run (`14_sft`), declared once: nanochat's SFT schedule, a CPU-sized validation."
+    init_from: str = option("runs/default", "base run directory written by 10_train: its weights and switches start this run")
+    run_dir: str = option("", "where this run is written, empty for <init_from>_sft")
+    chat_dir: str = option("", "chat data directory (xsa_nb.chat_data layout), empty for the committed sample (a pipeline check only)")
+    mmlu_epochs: int = option(3, "passes over MMLU's auxiliary training set in the mixture (nanochat)")
+    gsm8k_epochs: int = option(4, "passes over GSM8K's training set in the mixture (nanochat)")
+    steps: int = option(-1, "optimizer steps, -1 for one pass over the mixture (nanochat)")
+    init_lr_frac: float = option(0.8, "every learning rate is this fraction of the base run's rate arguments (nanochat)")
+    batch_lr_correction: bool = option(False, "also scale the rates by sqrt(batch / 2^19) as base training does (nanochat's SFT does not)")
+    weight_decay: float = option(0.0, "Muon weight decay (nanochat: pre-training ends at 0 and SFT stays there)")
+    warmup_steps: int = option(0, "linear LR warm-up (nanochat: none)")
+    warmdown_ratio: float = option(0.5, "fraction of the run in the final linear warm-down (nanochat)")
+    final_lr_frac: float = option(0.0, "LR at the end as a fraction of the peak (nanochat)")
+    total_batch_size: int = option(-1, "tokens per optimizer step, -1 for the base run's")
+    device_batch_size: int = option(-1, "rows per forward pass per rank, -1 for the base run's")
+    eval_every: int = option(200, "validation bpb on the validation mixture every N steps and at the end (nanochat: 200)")
+    eval_tokens: int = option(32768, "validation tokens per evaluation (nanochat: 40 x 2^19, about 21 M)")
+    save_every: int = option(200, "checkpoint every N steps and at the end")
+    device: str = option(AUTO, "auto, cpu, cuda")
+    dtype: str = option(AUTO, "auto (bf16 on CUDA), float32, bfloat16")
+
+
+def check_dtype(name: str, value: str) -> None:
+    "A compute dtype option: auto, float32 or bfloat16."
+    need(value in (AUTO, "float32", "bfloat16"), f"{name} must be auto, float32 or bfloat16, got {value!r}")
+
+
+def check_schedule(s: TrainConfig | SFTConfig) -> None:
+    "The schedule options a training run and a fine-tuning share: weight decay, warm-up, warm-down, final rate."
+    need(is_integer(s.warmup_steps) and s.warmup_steps >= 0, f"warmup_steps must be an integer >= 0, got {s.warmup_steps!r}")
+    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
+    need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
+    need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
+
+
+def validate_sft(sft: SFTConfig) -> SFTConfig:
+    "Check a fine-tuning run's options before any work (its base run is checked when read); raise ValueError."
+    need(bool(sft.init_from), "init_from must name the base run directory to fine-tune, got ''")
+    for name in ("mmlu_epochs", "gsm8k_epochs"):
+        value = getattr(sft, name)
+        need(is_integer(value) and value >= 0, f"{name} must be an integer >= 0, got {value!r}")
+    for name in ("steps", "total_batch_size", "device_batch_size"):
+        value = getattr(sft, name)
+        need(is_integer(value) and (value == -1 or value >= 1),
+             f"{name} must be an integer >= 1, or -1 for the default, got {value!r}")
+    for name in ("eval_every", "eval_tokens", "save_every"):
+        need(is_integer(getattr(sft, name)), f"{name} must be an integer, got {getattr(sft, name)!r}")
+    need(sft.init_lr_frac > 0, f"init_lr_frac must be > 0, got {sft.init_lr_frac!r}")
+    check_schedule(sft)
+    check_device(sft.device, available=False)
+    check_dtype("dtype", sft.dtype)
+    return sft
 
 # %% ../nbs/08_config.ipynb #269089ae
 def resolve_device(name: str = "auto") -> torch.device:
@@ -221,19 +277,6 @@ def is_cache_path(path: str, name: str) -> bool:
     return bool(path) and Path(path).expanduser() == cache_dir() / name
 
 
-def check_dtype(name: str, value: str) -> None:
-    "A compute dtype option: auto, float32 or bfloat16."
-    need(value in (AUTO, "float32", "bfloat16"), f"{name} must be auto, float32 or bfloat16, got {value!r}")
-
-
-def check_schedule(s: TrainConfig | SFTConfig) -> None:
-    "The schedule options a training run and a fine-tuning share: weight decay, warm-up, warm-down, final rate."
-    need(is_integer(s.warmup_steps) and s.warmup_steps >= 0, f"warmup_steps must be an integer >= 0, got {s.warmup_steps!r}")
-    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
-    need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
-    need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
-
-
 def validate(cfg: TrainConfig) -> TrainConfig:
     "Check a configuration (as resolved on this machine) before any work; raise ValueError naming the bad value."
     for name, value in cfg.to_dict().items():
@@ -280,49 +323,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
              f"core_every >= 0 needs core_bundle to be an eval bundle directory, got {s.core_bundle!r}")
     model_config(s, 64)  # the shape (n_embd, n_head, head_dim) and xsa_layers must fit the depth
     return cfg
-
-# %% ../nbs/08_config.ipynb #ad72d4cb
-@dataclass
-class SFTConfig:
-    "Every option of one fine-tuning run (`14_sft`), declared once: nanochat's SFT schedule, a CPU-sized validation."
-    init_from: str = option("runs/default", "base run directory written by 10_train: its weights and switches start this run")
-    run_dir: str = option("", "where this run is written, empty for <init_from>_sft")
-    chat_dir: str = option("", "chat data directory (xsa_nb.chat_data layout), empty for the committed sample (a pipeline check only)")
-    mmlu_epochs: int = option(3, "passes over MMLU's auxiliary training set in the mixture (nanochat)")
-    gsm8k_epochs: int = option(4, "passes over GSM8K's training set in the mixture (nanochat)")
-    steps: int = option(-1, "optimizer steps, -1 for one pass over the mixture (nanochat)")
-    init_lr_frac: float = option(0.8, "every learning rate is this fraction of the base run's rate arguments (nanochat)")
-    batch_lr_correction: bool = option(False, "also scale the rates by sqrt(batch / 2^19) as base training does (nanochat's SFT does not)")
-    weight_decay: float = option(0.0, "Muon weight decay (nanochat: pre-training ends at 0 and SFT stays there)")
-    warmup_steps: int = option(0, "linear LR warm-up (nanochat: none)")
-    warmdown_ratio: float = option(0.5, "fraction of the run in the final linear warm-down (nanochat)")
-    final_lr_frac: float = option(0.0, "LR at the end as a fraction of the peak (nanochat)")
-    total_batch_size: int = option(-1, "tokens per optimizer step, -1 for the base run's")
-    device_batch_size: int = option(-1, "rows per forward pass per rank, -1 for the base run's")
-    eval_every: int = option(200, "validation bpb on the validation mixture every N steps and at the end (nanochat: 200)")
-    eval_tokens: int = option(32768, "validation tokens per evaluation (nanochat: 40 x 2^19, about 21 M)")
-    save_every: int = option(200, "checkpoint every N steps and at the end")
-    device: str = option(AUTO, "auto, cpu, cuda")
-    dtype: str = option(AUTO, "auto (bf16 on CUDA), float32, bfloat16")
-
-
-def validate_sft(sft: SFTConfig) -> SFTConfig:
-    "Check a fine-tuning run's options before any work (its base run is checked when read); raise ValueError."
-    need(bool(sft.init_from), "init_from must name the base run directory to fine-tune, got ''")
-    for name in ("mmlu_epochs", "gsm8k_epochs"):
-        value = getattr(sft, name)
-        need(is_integer(value) and value >= 0, f"{name} must be an integer >= 0, got {value!r}")
-    for name in ("steps", "total_batch_size", "device_batch_size"):
-        value = getattr(sft, name)
-        need(is_integer(value) and (value == -1 or value >= 1),
-             f"{name} must be an integer >= 1, or -1 for the default, got {value!r}")
-    for name in ("eval_every", "eval_tokens", "save_every"):
-        need(is_integer(getattr(sft, name)), f"{name} must be an integer, got {getattr(sft, name)!r}")
-    need(sft.init_lr_frac > 0, f"init_lr_frac must be > 0, got {sft.init_lr_frac!r}")
-    check_schedule(sft)
-    check_device(sft.device, available=False)
-    check_dtype("dtype", sft.dtype)
-    return sft
 
 # %% ../nbs/08_config.ipynb #9e8a1e95
 def meta_model(gcfg: GPTConfig) -> GPT:
