@@ -6,12 +6,20 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import io
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from contextlib import nullcontext
+from types import ModuleType
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,23 +33,27 @@ from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synch
 from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, attend
 from .trainer import build_optimizer
+from .utils import atomic_write_text, median_ratio, need, paired_ms, repo_root
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'CPU_STUDY', 'ATTENTION_SHAPES',
-           'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes',
-           'Trainee', 'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
-           'results_markdown', 'delta_bounds', 'target_checks', 'targets_markdown', 'write_results', 'run_bench',
-           'run_dtype_bench', 'run_gpu_bench', 'kernel_names', 'attention_check', 'model_step_check', 'profile_step']
+           'OVERHEAD_SCRIPT', 'BEFORE', 'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model',
+           'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee', 'train_step', 'time_variants',
+           'summarise', 'rate_against_ceiling', 'muon_timing', 'machine_text', 'results_markdown', 'delta_bounds',
+           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'run_gpu_bench',
+           'kernel_names', 'attention_check', 'model_step_check', 'profile_step', 'checkout_at', 'package_at',
+           'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
     "CPU model, cores, torch threads and version, load average (and the GPU, if `device` is CUDA)."
     device = torch.device(device)
-    cpu = platform.processor() or platform.machine()
+    cpu, flags = platform.processor() or platform.machine(), set()
     if Path("/proc/cpuinfo").exists():
-        cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                    if l.startswith("model name")), cpu)
-    info = dict(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), cpu)
+        flags = set(next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), []))
+    info = dict(cpu=cpu, bf16_units=sorted(flags & {"amx_bf16", "avx512_bf16"}), cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
                 python=platform.python_version(), load_avg=[round(x, 2) for x in os.getloadavg()],
                 time=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     if device.type == "cuda":
@@ -311,13 +323,20 @@ def _both_measurements(measured: list[dict] | None) -> str:
             f"{after['fp32']:.0f}, bf16 {before['bf16']:.0f} / {after['bf16']:.0f})")
 
 
+def machine_text(result: dict) -> str:
+    "The machine sentence of a results file: processor (its bf16 units), cores, torch and threads, load, time."
+    m = result["machine"]
+    units = (", ".join(m["bf16_units"]) or "none") if "bf16_units" in m else "not recorded"
+    return (f"Machine: {m.get('gpu', m['cpu'])}; {m['cores']} CPU cores ({m['cpu']}; bf16 units: {units}), torch "
+            f"{m['torch']} with {m['torch_threads']} threads; load average at start {m['load_avg']}, at end "
+            f"{result.get('load_avg_end', '–')}; {m['time']}.")
+
+
 def results_markdown(result: dict) -> str:
     "The Markdown report of a `run_bench` / `run_gpu_bench` result."
-    m, c = result["machine"], result["ceilings_gflops"]
+    c = result["ceilings_gflops"]
     lines = [f"# {result['title']}", "",
-             f"Machine: {m.get('gpu', m['cpu'])}; {m['cores']} CPU cores ({m['cpu']}), torch {m['torch']} with "
-             f"{m['torch_threads']} threads; load average at start {m['load_avg']}, at end "
-             f"{result.get('load_avg_end', '–')}; {m['time']}. Measured ceiling: fp32 {c['fp32']:.0f} GFLOP/s, "
+             f"{machine_text(result)} Measured ceiling: fp32 {c['fp32']:.0f} GFLOP/s, "
              f"bf16 {c['bf16']:.0f} GFLOP/s{_both_measurements(result.get('ceilings_measured'))}; MFU is against the "
              f"{result['mfu_ceiling']} ceiling.", "",
              "Variants are timed interleaved in one process (a round = one step of each); ratios are to the "
@@ -590,3 +609,169 @@ def profile_step(shape: Shape, variant: str = "baseline", compile: bool = False,
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         train_step(t, x, y)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+# %% ../nbs/13_bench.ipynb #6a44ccc9
+def checkout_at(commit: str, dest: Path | str, root: Path | str | None = None) -> Path:
+    "The repository's files at `commit` (`git archive` of `root`), extracted once into `dest/<commit>`."
+    dest = Path(dest)
+    tree = dest / commit
+    if not tree.is_dir():
+        root = Path(root or repo_root())
+        got = subprocess.run(["git", "-C", str(root), "archive", commit], capture_output=True)
+        if got.returncode:
+            raise ValueError(f"commit={commit!r}: git archive in {root} failed: {got.stderr.decode().strip()}")
+        dest.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:  # extracted whole, then renamed: never half there
+            tarfile.open(fileobj=io.BytesIO(got.stdout)).extractall(tmp, filter="data")
+            os.replace(tmp, tree)
+            os.mkdir(tmp)  # for the context manager to remove
+    return tree
+
+
+def package_at(commit: str, dest: Path | str, root: Path | str | None = None) -> ModuleType:
+    "`xsa_nb` as it was at `commit` (`checkout_at`), imported beside this one as `xsa_nb_<commit>`."
+    name, dest = f"xsa_nb_{commit}", Path(dest)
+    tree = checkout_at(commit, dest, root)
+    if not (dest / name).exists():
+        (dest / name).symlink_to(tree / "xsa_nb", target_is_directory=True)
+    if str(dest) not in sys.path:
+        sys.path.insert(0, str(dest))
+    importlib.import_module(f"{name}.bench")  # its modules import each other relatively: all from `dest`
+    return importlib.import_module(name)  # with .bench, .eval and what they import
+
+
+def trainer_step(bench: ModuleType, shape: Shape, accum: int, compile: bool = False) -> Callable[[], None]:
+    "One optimizer step of `shape` by `bench`'s package: `accum` micro-batches, forward + backward each, then the optimizer."
+    t = bench.make_trainee(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), "baseline",
+                           "cpu", compile)
+    x, y = torch.randint(0, shape.vocab, (2, accum, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(0))
+
+    def step() -> None:
+        for i in range(accum):
+            (t.forward(x[i], y[i]) / accum).backward()
+        t.optimizer.step()
+        t.model.zero_grad(set_to_none=True)
+    return step
+
+
+def evaluation_pass(bench: ModuleType, shape: Shape, bits_per_byte: Callable) -> Callable[[], float]:
+    "Bits per byte of one validation batch of `shape` by `bench`'s model, scored by `bits_per_byte(model, batches, bytes)`."
+    model = bench.bench_model(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), "baseline")
+    model.eval()
+    x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(1))
+    ones = torch.ones(shape.vocab, dtype=torch.long)
+
+    def score() -> float:
+        with torch.no_grad():
+            return bits_per_byte(model, [(x, y)], ones)
+    return score
+
+# %% ../nbs/13_bench.ipynb #fca21c04
+OVERHEAD_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+import papermill as pm
+train, evaluation = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+Path(train["run_dir"]).mkdir(parents=True, exist_ok=True)
+times = {}
+for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", evaluation)):
+    start = time.perf_counter()
+    pm.execute_notebook(f"nbs/{nb}.ipynb", str(Path(train["run_dir"]) / f"{name}.ipynb"), parameters=params, cwd=".",
+                        progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+    times[f"{name}_notebook_s"] = time.perf_counter() - start
+times["train_time_s"] = json.loads((Path(train["run_dir"]) / "summary.json").read_text())["train_time"]
+print(json.dumps(times))
+"""
+
+
+def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int = 8, preset: str = "cpu",
+                 run: str = "d2_base_s0") -> dict:
+    "Wall seconds of `run` of `preset` (cut to `steps`) through `10_train` and `11_eval` by `checkout`'s code, and its overhead."
+    from xsa_nb.experiments import get_preset  # noqa: PLC0415 — the presets and runner sit beside bench, used here only
+    from xsa_nb.runner import train_params  # noqa: PLC0415
+    chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
+    need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
+    run_dir = Path(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    train = dict(train_params(chosen, run_dir.parent), steps=steps, run_dir=str(run_dir))
+    evaluation = dict(chosen.eval, run_dir=str(run_dir))
+    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | {"PYTHONPATH": str(Path(checkout).resolve())}
+    got = subprocess.run([sys.executable, "-c", OVERHEAD_SCRIPT, json.dumps(train), json.dumps(evaluation)],
+                         cwd=checkout, env=env, capture_output=True, text=True)
+    if got.returncode:
+        raise RuntimeError(f"run {run} in {checkout} failed:\n{got.stderr[-3000:]}")
+    times = json.loads(got.stdout.strip().splitlines()[-1])
+    return times | {"overhead_s": times["train_notebook_s"] + times["eval_notebook_s"] - times["train_time_s"]}
+
+# %% ../nbs/13_bench.ipynb #3540b96f
+BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's speed at
+
+
+def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = BEFORE, shape: Shape = CPU_STUDY,
+                     accum: int = 2, rounds: int = 9, compiled: bool = True, cache: Path | str | None = None,
+                     overhead_pairs: int = 3, log=print) -> dict:
+    "The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`."
+    cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
+    old = package_at(before, cache)
+    this = importlib.import_module("xsa_nb.bench")
+    from xsa_nb.eval import model_bits_per_byte  # noqa: PLC0415 — bench sits above eval; imported where used
+    arms = {f"step, {before}, eager": trainer_step(old.bench, shape, accum), "step, now, eager": trainer_step(this, shape, accum),
+            f"evaluation, {before}": evaluation_pass(old.bench, shape, old.eval.bits_per_byte),
+            "evaluation, now": evaluation_pass(this, shape, model_bits_per_byte)}
+    if compiled:
+        arms["step, now, compiled"] = trainer_step(this, shape, accum, compile=True)
+    result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
+                  shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())
+    warm = {}
+    for name, fn in arms.items():  # the first call compiles (the compiled arm) and warms the allocator
+        start = time.perf_counter()
+        fn()
+        warm[name] = time.perf_counter() - start
+    log(f"warm-up (s): { {k: round(v, 1) for k, v in warm.items()} }")
+    ms = paired_ms(arms, repeats=rounds, warmup=0, clock=time.perf_counter)
+    flops = bench_model(shape, "baseline").estimate_flops()
+    rows = []
+    for name, times in ms.items():
+        kind = name.split(",")[0]
+        tokens = shape.tokens * (accum if kind == "step" else 1)
+        ref = ms[f"{kind}, {before}, eager" if kind == "step" else f"{kind}, {before}"]
+        tok_s = tokens / (statistics.median(times) / 1e3)
+        rows.append(dict(arm=name, median_ms=statistics.median(times), tok_s=tok_s, speedup=median_ratio(ref, times),
+                         mfu=flops * tok_s / (result["ceilings_gflops"]["fp32"] * 1e9) if kind == "step" else None,
+                         first_call_s=warm[name]))
+    result["rows"], result["overhead"] = rows, {before: [], "now": []}
+    with tempfile.TemporaryDirectory() as runs:
+        for i in range(overhead_pairs):  # alternating, as the steps were
+            for label, tree in ((before, checkout_at(before, cache)), ("now", repo_root())):
+                result["overhead"][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0"))
+                log(f"overhead {label} {i + 1}/{overhead_pairs}: {result['overhead'][label][-1]}")
+    result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out_dir) / "bench_cpu_preset.json", json.dumps(result, indent=1) + "\n")
+        atomic_write_text(Path(out_dir) / "bench_cpu_preset.md", preset_speed_markdown(result))
+    return result
+
+
+def preset_speed_markdown(result: dict) -> str:
+    "The before-and-after table of `run_preset_speed`, with its machine and shape."
+    s = result["shape"]
+    lines = [f"# {result['title']}", "",
+             f"{machine_text(result)} fp32 matmul ceiling {result['ceilings_gflops']['fp32']:.0f} GFLOP/s.", "",
+             f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
+             f"{s['vocab']}; a step is {result['accum']} micro-batches ({result['accum'] * s['seq_len'] * s['batch']} "
+             f"tokens), an evaluation batch is one micro-batch. Every arm ran in one process, alternating; speed-up is "
+             f"the median over rounds of the `{result['before']}` arm's time over this arm's in the same round.", "",
+             "| arm | median (ms) | tokens/s | MFU | speed-up | first call (s) |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['arm']} | {r['median_ms']:.1f} | {r['tok_s']:,.0f} | {_fmt(r['mfu'] and 100 * r['mfu'], '.1f')}"
+                     f"{'%' if r['mfu'] else ''} | {r['speedup']:.2f}× | {r['first_call_s']:.1f} |")
+    if any(result.get("overhead", {}).values()):
+        lines += ["", "Around one short run of the preset (`d2_base_s0` cut to 8 steps; `10_train` then `11_eval` through "
+                  "papermill, each in its own kernel), the median over the alternating repeats, in seconds:", "",
+                  "| code | runs | 10_train | 11_eval | training (train_time) | overhead |", "|---|---|---|---|---|---|"]
+        for label, runs in result["overhead"].items():
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            lines.append(f"| {label} | {len(runs)} | {med['train_notebook_s']:.1f} | {med['eval_notebook_s']:.1f} | "
+                         f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} |")
+    return "\n".join(lines) + "\n"

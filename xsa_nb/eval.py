@@ -22,8 +22,8 @@ from .tokenizer import token_bytes
 from .utils import check_device, dist_info, need
 
 # %% auto #0
-__all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'CountModel', 'count_tokens', 'count_model',
-           'training_counts', 'count_model_bpb', 'EvalConfig', 'validate_eval_config']
+__all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'model_bits_per_byte', 'CountModel',
+           'count_tokens', 'count_model', 'training_counts', 'count_model_bpb', 'EvalConfig', 'validate_eval_config']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -77,6 +77,13 @@ def bits_per_byte(model: Callable[[Tensor], Tensor], batches: Iterable[tuple[Ten
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32; fp64 stays
         return F.cross_entropy(logits.reshape(y.numel(), -1), y.reshape(-1), reduction="none").view(y.shape)
     return predictor_bits_per_byte(nll, batches, token_bytes, steps)
+
+# %% ../nbs/07_eval.ipynb #c9a53259
+def model_bits_per_byte(model: Callable[..., Tensor], batches: Iterable[tuple[Tensor, Tensor]], token_bytes: Tensor,
+                        steps: int | None = None) -> float:
+    "`bits_per_byte` of a GPT (compiled or not) from its own per-target loss, `model(x, y, loss_reduction='none')`."
+    return predictor_bits_per_byte(lambda x, y: model(x, y, loss_reduction="none").view(y.shape), batches, token_bytes,
+                                   steps)
 
 # %% ../nbs/07_eval.ipynb #c07c0002
 @dataclass

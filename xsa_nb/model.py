@@ -283,6 +283,7 @@ class SoftcapCrossEntropy(torch.autograd.Function):
     def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int, chunk_rows: int,
                 reduction: str, with_grad: bool) -> Tensor:
         total = h.new_zeros((), dtype=torch.promote_types(h.dtype, torch.float32))
+        rows = h.new_zeros(h.size(0), dtype=total.dtype) if reduction == "none" else None  # only without grad
         dh = torch.empty_like(h) if with_grad else None
         dw = torch.zeros_like(weight) if with_grad else None  # padded vocabulary rows get zero gradient
         w, autocast = weight[:vocab_size], torch.is_autocast_enabled(h.device.type)
@@ -296,7 +297,10 @@ class SoftcapCrossEntropy(torch.autograd.Function):
                 dsoftcap = torch.addcmul(z.new_ones(()), z, z, value=-1 / SOFTCAP ** 2)
             e = z.exp_()  # |z| <= SOFTCAP: no overflow, no max subtraction needed
             sums = e.sum(-1)
-            total += ((sums.log() - z_target) * valid).sum()
+            nll = (sums.log() - z_target) * valid
+            total += nll.sum()
+            if rows is not None:
+                rows[start:start + chunk_rows] = nll
             if with_grad:
                 g = e.mul_((valid / sums).unsqueeze(1))  # softmax on kept rows, 0 on ignored ones
                 g.scatter_add_(1, safe, -valid.to(g.dtype).unsqueeze(1))  # minus the one-hot target
@@ -314,7 +318,7 @@ class SoftcapCrossEntropy(torch.autograd.Function):
                 dw.div_(count)
         if with_grad:
             ctx.save_for_backward(dh, dw)
-        return total
+        return total if rows is None else rows
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -328,11 +332,12 @@ def softcap_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor, vocab_size
     "Cross-entropy of `softcap_logits` against `targets` (-1 = ignored); `impl`: 'fused' (chunked) or 'plain'."
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"loss_reduction={reduction!r}: allowed are 'mean', 'sum', 'none'")
-    if check_impl(impl) == "plain" or reduction == "none" or (torch.compiler.is_compiling() and h.device.type != "cpu"):
+    with_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if (check_impl(impl) == "plain" or (reduction == "none" and with_grad)
+            or (torch.compiler.is_compiling() and h.device.type != "cpu")):
         return softcap_cross_entropy_plain(h, weight, targets, vocab_size, reduction)
     numel = COMPILED_LOSS_CHUNK_NUMEL if torch.compiler.is_compiling() else LOSS_CHUNK_NUMEL
     chunk_rows = chunk_rows or max(1, numel // vocab_size)
-    with_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     return SoftcapCrossEntropy.apply(h.reshape(-1, h.size(-1)), weight, targets.reshape(-1), vocab_size, chunk_rows,
                                      reduction, with_grad)
 

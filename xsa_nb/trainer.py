@@ -25,7 +25,7 @@ from .checkpoint import (append_metrics, check_same_run, checkpoint_step, config
 from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
-from .eval import bits_per_byte
+from .eval import model_bits_per_byte
 from .model import GPT
 from .muon import MuonAdamW, apply_schedule
 from .recipe import check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, shape_text
@@ -271,7 +271,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         if last or step == taken_over > 0 or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
             val = split_loader(cfg, "val", tokenizer, loaders)  # the same rows at every evaluation
             # through the compiled model, as nanochat evaluates: the same rows, shapes and kernels as training
-            summary["val_bpb"] = evaluate(model, lambda: bits_per_byte(step_model, val, tb, steps=val_steps), autocast)
+            summary["val_bpb"] = evaluate(model, lambda: model_bits_per_byte(step_model, val, tb, steps=val_steps), autocast)
             record({"step": step, "val_bpb": summary["val_bpb"]})
         if cfg.core_every >= 0 and (last or (cfg.core_every > 0 and step > 0 and step % cfg.core_every == 0)):
             summary["core"] = evaluate(model, lambda: core_score(model, tokenizer, Path(cfg.core_bundle), cfg.core_items,
