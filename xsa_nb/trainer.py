@@ -109,8 +109,8 @@ def start_process_group(cfg: TrainConfig, world: int) -> None:
                          "step, after clipping would have to happen; set grad_clip=0")
 
 
-def accumulate_gradients(model: torch.nn.Module, loader, accum: int, autocast, poison: bool = False) -> float:
-    "Forward and backward over `accum` micro-batches of `loader`; their mean loss (over every rank). `poison`: NaN."
+def accumulate_gradients(model: torch.nn.Module, loader, accum: int, autocast, poison: bool = False) -> torch.Tensor:
+    "Forward and backward over `accum` micro-batches of `loader`; their mean loss (over every rank), still on the device. `poison`: NaN."
     loss_sum = torch.zeros((), device=model.get_device())
     for _ in range(accum):
         x, y = next(loader)
@@ -123,7 +123,7 @@ def accumulate_gradients(model: torch.nn.Module, loader, accum: int, autocast, p
     loss_value = loss_sum / accum
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(loss_value, op=dist.ReduceOp.AVG)
-    return loss_value.item()
+    return loss_value
 
 
 def repeat_warning(step: int, loader, total_batch: int, tokens: int, data: str) -> str:
@@ -286,13 +286,14 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         # one optimizer step: accumulate gradients over the micro-batches, then update
         synchronize(device)
         t0 = time.perf_counter()
-        loss_value = accumulate_gradients(step_model, loader, accum, autocast, poison=step == cfg.nan_at_step)
-        if not math.isfinite(loss_value):
-            bar.close()
-            raise TrainingDiverged.at(loss_value, step, run_dir, saved_step)
+        loss = accumulate_gradients(step_model, loader, accum, autocast, poison=step == cfg.nan_at_step)
         schedule = apply_schedule(optimizer, min(step, horizon), horizon, cfg.warmup_steps, cfg.warmdown_ratio,
                                   cfg.final_lr_frac)
         optimizer_step(model, optimizer, cfg.grad_clip)
+        loss_value = loss.item()  # read once the update is queued: the host waits for the device once a step, here
+        if not math.isfinite(loss_value):  # the weights in memory are spoilt; the checkpoints on disk are not
+            bar.close()
+            raise TrainingDiverged.at(loss_value, step, run_dir, saved_step)
         synchronize(device)
         dt = time.perf_counter() - t0
         train_time, part_time = train_time + dt, part_time + dt
