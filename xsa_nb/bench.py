@@ -33,6 +33,7 @@ from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synch
 from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, attend
 from .trainer import build_optimizer
+from .checkpoint import code_version
 from .utils import atomic_write_text, median_ratio, need, paired_ms, repo_root
 
 # %% auto #0
@@ -721,7 +722,7 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
     if compiled:
         arms["step, now, compiled"] = trainer_step(this, shape, accum, compile=True)
     result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
-                  shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())
+                  now=code_version(), shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())
     warm = {}
     for name, fn in arms.items():  # the first call compiles (the compiled arm) and warms the allocator
         start = time.perf_counter()
@@ -757,7 +758,9 @@ def preset_speed_markdown(result: dict) -> str:
     "The before-and-after table of `run_preset_speed`, with its machine and shape."
     s = result["shape"]
     lines = [f"# {result['title']}", "",
-             f"{machine_text(result)} fp32 matmul ceiling {result['ceilings_gflops']['fp32']:.0f} GFLOP/s.", "",
+             f"{machine_text(result)} fp32 matmul ceiling {result['ceilings_gflops']['fp32']:.0f} GFLOP/s. Code: "
+             f"`{result['before']}` against `{result['now']['commit'][:7]}`{' with changes' if result['now']['dirty'] else ''}"
+             " (now).", "",
              f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
              f"{s['vocab']}; a step is {result['accum']} micro-batches ({result['accum'] * s['seq_len'] * s['batch']} "
              f"tokens), an evaluation batch is one micro-batch. Every arm ran in one process, alternating; speed-up is "
