@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .muon import MuonAdamW, check_param_groups
 from .routing import RESIDUAL_PRESETS, DepthRouter, RoutingState
@@ -21,9 +22,10 @@ from .utils import check_impl, positive_int
 
 # %% auto #0
 __all__ = ['MODEL_SHAPE', 'MODEL_SWITCHES', 'ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP',
-           'LOSS_CHUNK_NUMEL', 'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables', 'apply_rotary', 'norm',
-           'has_value_embedding', 'KVCache', 'sink_keep', 'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits',
-           'softcap_cross_entropy_plain', 'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
+           'SINK_CHUNK_QUERIES', 'LOSS_CHUNK_NUMEL', 'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables',
+           'apply_rotary', 'norm', 'has_value_embedding', 'KVCache', 'score_logsumexp', 'sink_keep',
+           'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits', 'softcap_cross_entropy_plain',
+           'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
 @dataclass
@@ -170,10 +172,26 @@ class KVCache:
         self.pos += n
 
 
-def sink_keep(q: Tensor, k: Tensor, sink: Tensor, window: int = -1) -> Tensor:
+SINK_CHUNK_QUERIES = 256  # queries per piece of the sink's log-sum-exp: (B, H, 256, keys) scores at a time
+
+
+def score_logsumexp(q: Tensor, k: Tensor, window: int = -1) -> Tensor:
+    "Log-sum-exp (B, H, Tq) over each query's allowed keys of `attention_scores`; the queries are the last Tq keys."
+    return attention_scores(q, k, window).logsumexp(-1)
+
+
+def sink_keep(q: Tensor, k: Tensor, sink: Tensor, window: int = -1, chunk: int = SINK_CHUNK_QUERIES) -> Tensor:
     "1 - p_sink (B, Tq, H, 1): what an extra key of logit `sink[h]` and value 0 leaves of `attend`'s output."
-    scores = attention_scores(q, k, window)
-    keep = torch.sigmoid(scores.logsumexp(-1) - sink.to(scores.dtype).view(1, -1, 1))  # per (batch, head, query)
+    t_q, t_k = q.shape[1], k.shape[1]
+    lse = score_logsumexp if not torch.is_grad_enabled() else \
+        lambda *args: checkpoint(score_logsumexp, *args, use_reentrant=False)  # scores recomputed for backward
+    parts = []
+    for start in range(0, t_q, chunk):  # `chunk` queries against only the keys they may see
+        first, end = t_k - t_q + start, t_k - t_q + min(start + chunk, t_q)  # their positions among the keys
+        lo = 0 if window < 0 else max(0, first - window)
+        parts.append(lse(q[:, start:start + chunk], k[:, lo:end], window))
+    lse_all = torch.cat(parts, dim=-1)
+    keep = torch.sigmoid(lse_all - sink.to(lse_all.dtype).view(1, -1, 1))  # per (batch, head, query)
     return keep.transpose(1, 2).unsqueeze(-1).to(q.dtype)
 
 
