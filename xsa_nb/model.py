@@ -24,7 +24,7 @@ from .utils import check_impl, positive_int
 __all__ = ['MODEL_SHAPE', 'MODEL_SWITCHES', 'ROTARY_BASE', 'QK_SCALE', 'VE_GATE_CHANNELS', 'SMEAR_CHANNELS', 'SOFTCAP',
            'SINK_CHUNK_QUERIES', 'LOSS_CHUNK_NUMEL', 'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables',
            'apply_rotary', 'norm', 'has_value_embedding', 'KVCache', 'score_logsumexp', 'sink_keep',
-           'CausalSelfAttention', 'MLP', 'Block', 'softcap_logits', 'softcap_cross_entropy_plain',
+           'CausalSelfAttention', 'MLP', 'Block', 'head_logits', 'softcap_logits', 'softcap_cross_entropy_plain',
            'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
 
 # %% ../nbs/04_model.ipynb #cc314da5
@@ -277,11 +277,15 @@ class Block(nn.Module):
         return router.write(routing, m, x, self.mlp(norm(router.read(routing, m, x))))
 
 # %% ../nbs/04_model.ipynb #afe89996
+def head_logits(h: Tensor, weight: Tensor, vocab_size: int) -> Tensor:
+    "h W^T over the first `vocab_size` rows of the head `weight`, in fp32 (fp64 stays): the logits before the cap."
+    logits = F.linear(h, weight[:vocab_size])
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def softcap_logits(h: Tensor, weight: Tensor, vocab_size: int) -> Tensor:
     "SOFTCAP * tanh(h W^T / SOFTCAP) over the first `vocab_size` rows of the head `weight`, in fp32 (fp64 stays)."
-    logits = F.linear(h, weight[:vocab_size])
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    return SOFTCAP * torch.tanh(logits / SOFTCAP)
+    return SOFTCAP * torch.tanh(head_logits(h, weight, vocab_size) / SOFTCAP)
 
 
 def softcap_cross_entropy_plain(h: Tensor, weight: Tensor, targets: Tensor, vocab_size: int,
@@ -307,7 +311,7 @@ class SoftcapCrossEntropy(torch.autograd.Function):
         w, autocast = weight[:vocab_size], torch.is_autocast_enabled(h.device.type)
         for start in range(0, h.size(0), chunk_rows):
             hc, tc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
-            z = softcap_logits(hc, weight, vocab_size)
+            z = head_logits(hc, weight, vocab_size).div_(SOFTCAP).tanh_().mul_(SOFTCAP)  # softcap_logits, in place
             valid = tc != -1
             safe = torch.where(valid, tc, 0).unsqueeze(1)
             z_target = z.gather(1, safe).squeeze(1)
