@@ -34,6 +34,9 @@ from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, attend
 from .trainer import build_optimizer
 from .checkpoint import code_version
+from .eval import model_bits_per_byte
+from .experiments import get_preset
+from .runner import train_params
 from .utils import atomic_write_text, median_ratio, need, paired_ms, repo_root
 
 # %% auto #0
@@ -435,14 +438,12 @@ def targets_markdown(checks: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(result: dict, out_dir: Path | str, stem: str) -> Path:
-    "Write `<stem>.md` and `<stem>.json` into `out_dir`; return the Markdown path."
+def write_results(result: dict, out_dir: Path | str, stem: str, markdown: Callable[[dict], str] | None = None) -> Path:
+    "Write `<stem>.json` and `<stem>.md` (by `markdown`, default `results_markdown`) into `out_dir`; return the Markdown path."
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    md = out_dir / f"{stem}.md"
-    md.write_text(results_markdown(result))
-    return md
+    atomic_write_text(out_dir / f"{stem}.json", json.dumps(result, indent=1, default=str) + "\n")
+    return atomic_write_text(out_dir / f"{stem}.md", (markdown or results_markdown)(result))
 
 # %% ../nbs/13_bench.ipynb #59814d8e
 def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
@@ -623,9 +624,8 @@ def checkout_at(commit: str, dest: Path | str, root: Path | str | None = None) -
             raise ValueError(f"commit={commit!r}: git archive in {root} failed: {got.stderr.decode().strip()}")
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest) as tmp:  # extracted whole, then renamed: never half there
-            tarfile.open(fileobj=io.BytesIO(got.stdout)).extractall(tmp, filter="data")
-            os.replace(tmp, tree)
-            os.mkdir(tmp)  # for the context manager to remove
+            tarfile.open(fileobj=io.BytesIO(got.stdout)).extractall(Path(tmp) / commit, filter="data")
+            os.replace(Path(tmp) / commit, tree)
     return tree
 
 
@@ -688,8 +688,6 @@ print(json.dumps(times))
 def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int = 8, preset: str = "cpu",
                  run: str = "d2_base_s0") -> dict:
     "Wall seconds of `run` of `preset` (cut to `steps`) through `10_train` and `11_eval` by `checkout`'s code, and its overhead."
-    from xsa_nb.experiments import get_preset  # noqa: PLC0415 — the presets and runner sit beside bench, used here only
-    from xsa_nb.runner import train_params  # noqa: PLC0415
     chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
     need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
     run_dir = Path(run_dir)
@@ -715,7 +713,6 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
     cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
     old = package_at(before, cache)
     this = importlib.import_module("xsa_nb.bench")
-    from xsa_nb.eval import model_bits_per_byte  # noqa: PLC0415 — bench sits above eval; imported where used
     arms = {f"step, {before}, eager": trainer_step(old.bench, shape, accum), "step, now, eager": trainer_step(this, shape, accum),
             f"evaluation, {before}": evaluation_pass(old.bench, shape, old.eval.bits_per_byte),
             "evaluation, now": evaluation_pass(this, shape, model_bits_per_byte)}
@@ -748,9 +745,7 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
                 log(f"overhead {label} {i + 1}/{overhead_pairs}: {result['overhead'][label][-1]}")
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(out_dir) / "bench_cpu_preset.json", json.dumps(result, indent=1) + "\n")
-        atomic_write_text(Path(out_dir) / "bench_cpu_preset.md", preset_speed_markdown(result))
+        write_results(result, out_dir, "bench_cpu_preset", preset_speed_markdown)
     return result
 
 
