@@ -21,6 +21,8 @@ def test_the_device_script_runs_its_cpu_rehearsal(tmp_path):
     attention = json.loads((tmp_path / "attention.json").read_text())
     assert {r["backend"] for r in attention["rows"]} == {"sdpa", "flex"}
     assert all(r["out_diff"] < 1e-4 for r in attention["rows"])
+    assert [r["form"] for r in attention["xsa_dot"]] == ["multiply-sum", "bmm"]
+    assert all(r["max_diff"] < 1e-4 for r in attention["xsa_dot"])
 
 
 def test_the_device_script_refuses_unknown_arguments():

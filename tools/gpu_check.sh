@@ -12,7 +12,9 @@
 #   env   10 s  nvidia-smi, Python, torch, CUDA and Triton versions                               -> env.txt
 #   a    120 s  attention kernels at the d24 study shape (16 heads of 64, T 2048, 16 rows): windowed (S) and full (L),
 #               SDPA against FlexAttention, forward + backward time, differences from SDPA (output and gradients), the
-#               top kernels; then one training step of a d4 SSSL model on each kernel (loss, gradient norm)
+#               top kernels; then one training step of a d4 SSSL model on each kernel (loss, gradient norm); then
+#               XSA's projection compiled with each form of its dot product, multiply-sum against bmm (time, kernels,
+#               difference)
 #                                                                                               -> attention.json
 #   b    270 s  run_gpu_bench: the study's d12 (768 x 12 heads) and d24 (1024 x 16), T 2048, SSSL, bf16, compiled:
 #               baseline on FlexAttention, baseline on SDPA, XSA, Delta Block; tokens/s, MFU against the measured bf16

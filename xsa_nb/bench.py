@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import io
 import json
@@ -31,7 +32,7 @@ from .model import GPT
 from .muon import orthogonalize
 from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synchronize
 from .recipe import STUDY_SHAPES
-from .xsa import ATTENTION_BACKENDS, attend
+from .xsa import ATTENTION_BACKENDS, attend, xsa
 from .trainer import build_optimizer
 from .checkpoint import code_version
 from .eval import model_bits_per_byte
@@ -45,8 +46,9 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
            'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee', 'train_step', 'time_variants',
            'summarise', 'rate_against_ceiling', 'muon_timing', 'machine_text', 'results_markdown', 'delta_bounds',
            'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'run_gpu_bench',
-           'kernel_names', 'attention_check', 'model_step_check', 'profile_step', 'checkout_at', 'package_at',
-           'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
+           'kernel_names', 'attention_check', 'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step',
+           'checkout_at', 'package_at', 'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed',
+           'preset_speed_markdown']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -563,24 +565,47 @@ def attention_check(device: torch.device | str = "cuda", dtype: torch.dtype = to
             grads = torch.autograd.grad(out, (q, k, v), g) if backward else ()
             return out, grads
         results = {bk: run(bk) for bk in backends}  # warm-up (and compilation), and the values compared
-        times = {bk: [] for bk in backends}
-        for _ in range(repeats):
-            for bk in backends:
-                synchronize(device)
-                start = time.perf_counter()
-                run(bk)
-                synchronize(device)
-                times[bk].append(time.perf_counter() - start)
+        times = synchronized_ms({bk: functools.partial(run, bk) for bk in backends}, device, repeats)
         ref_out, ref_grads = results["sdpa"]
         for bk in backends:
             out, grads = results[bk]
-            rows.append(dict(shape=name, backend=bk, window=window, ms=1e3 * statistics.median(times[bk]),
+            rows.append(dict(shape=name, backend=bk, window=window, ms=statistics.median(times[bk]),
                              pass_="forward + backward" if backward else "forward",
                              out_diff=(out - ref_out).abs().max().item(),
                              grad_diff=max(((a - r).abs().max().item() for a, r in zip(grads, ref_grads)), default=None),
                              kernels=kernel_names(lambda: run(bk), device)))
             log(f"{name} {bk}: {rows[-1]['ms']:.2f} ms, output diff {rows[-1]['out_diff']:.2e}")
-    return {"rows": rows, "model_step": model_step_check(device, backends, model_shape, backward)}
+    b, t, h, h_kv, d, _ = next(iter(shapes.values()))
+    return {"rows": rows, "model_step": model_step_check(device, backends, model_shape, backward),
+            "xsa_dot": xsa_dot_check(device, dtype, (b, t, h, h_kv, d), repeats, log)}
+
+
+def synchronized_ms(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, list[float]]:
+    "Wall time (ms) of each callable per repeat, alternating, the device synchronised after each call."
+    return paired_ms({name: lambda fn=fn: (fn(), synchronize(device)) for name, fn in fns.items()}, repeats=repeats,
+                     warmup=0, clock=time.perf_counter)
+
+
+def xsa_dot_check(device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int, int, int], repeats: int = 10,
+                  log=print) -> list[dict]:
+    "XSA's projection, forward + backward, with each dot-product form (compiled on a GPU): time, difference from `bmm`."
+    b, t, h, h_kv, d = shape
+    gen = torch.Generator(device).manual_seed(1)
+    y, v = (torch.randn(b, t, n, d, device=device, dtype=dtype, generator=gen, requires_grad=True) for n in (h, h_kv))
+    g = torch.randn(b, t, h, d, device=device, dtype=dtype, generator=gen)
+    forms = {"multiply-sum": True, "bmm": False}
+    wrap = torch.compile if device.type == "cuda" else (lambda f: f)
+    projections = {name: wrap(functools.partial(xsa, multiply_sum=m)) for name, m in forms.items()}
+    def run(name):
+        out = projections[name](y, v, 1.0)
+        return (out, *torch.autograd.grad(out, (y, v), g))
+    results = {name: run(name) for name in forms}  # warm-up (and compilation), and the values compared
+    times = synchronized_ms({name: functools.partial(run, name) for name in forms}, device, repeats)
+    rows = [dict(form=name, ms=statistics.median(times[name]), kernels=kernel_names(lambda: run(name), device),
+                 max_diff=max((a - r).abs().max().item() for a, r in zip(results[name], results["bmm"])))
+            for name in forms]
+    log("XSA dot: " + ", ".join(f"{r['form']} {r['ms']:.2f} ms" for r in rows))
+    return rows
 
 
 def model_step_check(device: torch.device, backends: tuple[str, ...], shape: Shape | None = None,
@@ -672,15 +697,24 @@ OVERHEAD_SCRIPT = """
 import json, sys, time
 from pathlib import Path
 import papermill as pm
+try:
+    from xsa_nb.runner import run_notebooks  # how this checkout's runner executes a run's notebooks
+except ImportError:
+    run_notebooks = None                      # older code: a kernel for each notebook
 train, evaluation = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-Path(train["run_dir"]).mkdir(parents=True, exist_ok=True)
-times = {}
-for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", evaluation)):
-    start = time.perf_counter()
-    pm.execute_notebook(f"nbs/{nb}.ipynb", str(Path(train["run_dir"]) / f"{name}.ipynb"), parameters=params, cwd=".",
-                        progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-    times[f"{name}_notebook_s"] = time.perf_counter() - start
-times["train_time_s"] = json.loads((Path(train["run_dir"]) / "summary.json").read_text())["train_time"]
+run_dir = Path(train["run_dir"])
+run_dir.mkdir(parents=True, exist_ok=True)
+notebooks = [(Path("nbs/10_train.ipynb"), run_dir / "train.ipynb", train),
+             (Path("nbs/11_eval.ipynb"), run_dir / "eval.ipynb", evaluation)]
+start = time.perf_counter()
+if run_notebooks is not None:
+    run_notebooks(notebooks, cwd=Path("."), echo=False)
+else:
+    for src, out, params in notebooks:
+        pm.execute_notebook(str(src), str(out), parameters=params, cwd=".", progress_bar=False,
+                            extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if run_notebooks else 2,
+         "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"]}
 print(json.dumps(times))
 """
 
@@ -700,7 +734,7 @@ def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int = 8, pres
     if got.returncode:
         raise RuntimeError(f"run {run} in {checkout} failed:\n{got.stderr[-3000:]}")
     times = json.loads(got.stdout.strip().splitlines()[-1])
-    return times | {"overhead_s": times["train_notebook_s"] + times["eval_notebook_s"] - times["train_time_s"]}
+    return times | {"overhead_s": times["notebooks_s"] - times["train_time_s"]}
 
 # %% ../nbs/13_bench.ipynb #3540b96f
 BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's speed at
@@ -766,10 +800,11 @@ def preset_speed_markdown(result: dict) -> str:
                      f"{'%' if r['mfu'] else ''} | {r['speedup']:.2f}× | {r['first_call_s']:.1f} |")
     if any(result.get("overhead", {}).values()):
         lines += ["", "Around one short run of the preset (`d2_base_s0` cut to 8 steps; `10_train` then `11_eval` through "
-                  "papermill, each in its own kernel), the median over the alternating repeats, in seconds:", "",
-                  "| code | runs | 10_train | 11_eval | training (train_time) | overhead |", "|---|---|---|---|---|---|"]
+                  "papermill, in the kernels that code's runner uses), the median over the alternating repeats, in seconds:",
+                  "", "| code | runs | kernels | both notebooks | training (train_time) | overhead |",
+                  "|---|---|---|---|---|---|"]
         for label, runs in result["overhead"].items():
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            lines.append(f"| {label} | {len(runs)} | {med['train_notebook_s']:.1f} | {med['eval_notebook_s']:.1f} | "
+            lines.append(f"| {label} | {len(runs)} | {med['kernels']} | {med['notebooks_s']:.1f} | "
                          f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} |")
     return "\n".join(lines) + "\n"

@@ -23,7 +23,8 @@ from .utils import check_device, dist_info, need
 
 # %% auto #0
 __all__ = ['bpb_steps', 'target_bytes', 'predictor_bits_per_byte', 'bits_per_byte', 'model_bits_per_byte', 'CountModel',
-           'count_tokens', 'count_model', 'training_counts', 'count_model_bpb', 'EvalConfig', 'validate_eval_config']
+           'count_tokens', 'count_model', 'training_counts', 'count_model_bpb', 'EvalConfig', 'validate_eval_config',
+           'final_val_bpb']
 
 # %% ../nbs/07_eval.ipynb #29bce9d9
 def bpb_steps(tokens: int, batch_size: int, seq_len: int, world_size: int = 1) -> int:
@@ -182,3 +183,13 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
         need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
     check_device(cfg.device)
     return cfg
+
+# %% ../nbs/07_eval.ipynb #9fbfd70c
+def final_val_bpb(summary: dict, val_tokens: int, device: torch.device | str) -> float | None:
+    "Training's last val bpb from `summary` if measuring `val_tokens` of the split on `device` would repeat it, else None."
+    settings, made = summary.get("settings", {}), summary.get("provenance", {})
+    same = (summary.get("val_bpb") is not None and summary.get("val_split_tokens") == val_tokens
+            and summary.get("world_size") == 1 and torch.device(device).type == "cpu"
+            and summary.get("device") == str(torch.device(device)) and settings.get("dtype") == "float32"
+            and not settings.get("compile") and made.get("threads") == torch.get_num_threads())
+    return summary["val_bpb"] if same else None

@@ -22,19 +22,20 @@ from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig
 from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
-from .utils import positive_int
+from .utils import need, positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'without_env', 'torchrun_command',
-           'run_experiment', 'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes',
-           'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'run_notebooks', 'without_env',
+           'torchrun_command', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters',
+           'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
 
 
-def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True) -> Path:
-    "Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success."
+def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True, km=None) -> Path:
+    """Execute notebook `src` with papermill `params` into `out`, echoing its output; `out` is written only on success.
+    `km`: a kernel manager whose kernel to use (started by this call if it has none), else a kernel of its own."""
     import papermill as pm
 
     out = Path(out)
@@ -44,7 +45,7 @@ def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, e
     try:
         pm.execute_notebook(str(src), str(running), parameters=params, cwd=str(cwd or Path.cwd()), progress_bar=False,
                             stdout_file=sys.stdout if echo else None, stderr_file=sys.stderr if echo else None,
-                            extra_arguments=QUIET_KERNEL)
+                            extra_arguments=QUIET_KERNEL, km=km)
     except BaseException:
         if running.exists():
             os.replace(running, failed)
@@ -53,6 +54,35 @@ def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, e
         raise
     os.replace(running, out)
     return out
+
+
+async def _clear_namespace(km) -> None:
+    "Delete every name the kernel of `km` holds (IPython's reset), keeping its imported modules."
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        reply = await kc.execute_interactive("get_ipython().reset(new_session=False)", store_history=False, timeout=60)
+        need(reply["content"]["status"] == "ok", f"could not clear the kernel's namespace: {reply['content']}")
+    finally:
+        kc.stop_channels()
+
+
+def run_notebooks(notebooks: list[tuple[Path, Path, dict]], cwd: Path | None = None, echo: bool = True) -> list[Path]:
+    "`run_papermill` on each `(src, out, params)` in turn, all in one kernel whose namespace is cleared between them."
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    km, outs = AsyncKernelManager(kernel_name="python3"), []
+    try:
+        for src, out, params in notebooks:
+            if outs:
+                run_sync(_clear_namespace)(km)
+            outs.append(run_papermill(src, out, params, cwd=cwd, echo=echo, km=km))
+    finally:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    return outs
 
 # %% ../nbs/09b_runner.ipynb #937a2d78
 @contextlib.contextmanager
@@ -101,14 +131,15 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 done.append(run_dir)
                 continue
             run_dir.mkdir(parents=True, exist_ok=True)  # papermill writes the executed notebook into it
+            notebooks = []
             if status == "todo":
                 if nproc > 1 and run.kind == "train":
                     subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
                 else:
-                    run_papermill(root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params, cwd=root)
+                    notebooks.append((root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params))
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" and v else v for k, v in run.eval.items()}
-            run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
-                          cwd=root)
+            notebooks.append((root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir))))
+            run_notebooks(notebooks, cwd=root)  # one kernel: one start-up and one set of imports per run
             log(f"{run.name}: done")
             done.append(run_dir)
     return done

@@ -314,7 +314,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     bar.close()
     summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, settings=cfg.to_dict(), recipe=recipe,
                    config_hash=digest, commits=commits, provenance=made_by, params=model.num_params_by_group(),
-                   flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world)
+                   flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world,
+                   val_split_tokens=None if loaders else val_steps * recipe["tokens_per_pass"])  # its own split, or None
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
         if tracker is not None:

@@ -47,39 +47,50 @@ def _reduction_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def _own_dot(a: Tensor, v: Tensor, multiply_sum: bool) -> Tensor:
+    "Each row's dot product with its own value: (N, G, D) with (N, 1, D) -> (N, G, 1), as a multiply-sum or a `bmm`."
+    return (a * v).sum(-1, keepdim=True) if multiply_sum else torch.bmm(a, v.transpose(1, 2))
+
+
 class _OwnValueProjection(torch.autograd.Function):
-    "z = y - alpha c v, c = y·v / max(v·v, 1e-24), for y (N, G, D), v (N, 1, D); the backward derived above."
+    "z = y - alpha c v, c = y·v / max(v·v, 1e-24), for y (N, G, D), v (N, 1, D), reduced in float32 or wider."
 
     @staticmethod
-    def forward(ctx, y: Tensor, v: Tensor, alpha: float | Tensor) -> Tensor:
+    def forward(ctx, y: Tensor, v: Tensor, alpha: float | Tensor, multiply_sum: bool) -> Tensor:
         with torch.autocast(y.device.type, enabled=False):
-            vv = torch.linalg.vector_norm(v, dim=-1, keepdim=True).square()     # (N, 1, 1)
+            ct = _reduction_dtype(y.dtype)
+            yc, vc = y.to(ct), v.to(ct)
+            vv = torch.linalg.vector_norm(vc, dim=-1, keepdim=True).square()    # (N, 1, 1)
             n = vv.clamp_min(1e-24)
-            c = torch.bmm(y, v.transpose(1, 2)) / n                              # (N, G, 1)
+            c = _own_dot(yc, vc, multiply_sum) / n                              # (N, G, 1)
             tensor_alpha = isinstance(alpha, Tensor)
+            # y and v are kept as given (bf16 under autocast), not as their float32 copies
             ctx.save_for_backward(y, v, c, n, vv >= 1e-24, alpha if tensor_alpha else None)
-            ctx.alpha = None if tensor_alpha else alpha
-            return torch.addcmul(y, alpha * c, v, value=-1.0)
+            ctx.alpha, ctx.multiply_sum = (None if tensor_alpha else alpha), multiply_sum
+            return torch.addcmul(yc, alpha * c, vc, value=-1.0).to(y.dtype)
 
     @staticmethod
-    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        y, v, c, n, unclamped, alpha_t = ctx.saved_tensors
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+        y_in, v_in, c, n, unclamped, alpha_t = ctx.saved_tensors
+        y, v, g = y_in.to(c.dtype), v_in.to(c.dtype), g.to(c.dtype)
         alpha = ctx.alpha if alpha_t is None else alpha_t
-        gv = torch.bmm(g, v.transpose(1, 2))                                     # g·v: (N, G, 1)
+        gv = _own_dot(g, v, ctx.multiply_sum)                                   # g·v: (N, G, 1)
         e = gv / n
-        grad_y = torch.addcmul(g, alpha * e, v, value=-1.0) if ctx.needs_input_grad[0] else None
+        grad_y = torch.addcmul(g, alpha * e, v, value=-1.0).to(y_in.dtype) if ctx.needs_input_grad[0] else None
         grad_v = None
         if ctx.needs_input_grad[1]:
             grad_v = torch.addcmul(y * (-alpha * e), g, -alpha * c)              # (N, G, D)
             if grad_v.shape[1] > 1:
                 grad_v = grad_v.sum(1, keepdim=True)                             # GQA: the group shares v
-            grad_v.addcmul_(v, (2 * alpha * c * e * unclamped).sum(1, keepdim=True))
+            grad_v = grad_v.addcmul_(v, (2 * alpha * c * e * unclamped).sum(1, keepdim=True)).to(v_in.dtype)
         grad_alpha = -c * gv if ctx.needs_input_grad[2] else None
-        return grad_y, grad_v, grad_alpha
+        return grad_y, grad_v, grad_alpha, None
 
 
-def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused") -> Tensor:
-    "Exclusive self attention: `y - alpha (y·v̂) v̂` per query head, `y` (B,T,H,D), own values `v` (B,T,H_kv,D)."
+def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused",
+        multiply_sum: bool | None = None) -> Tensor:
+    """Exclusive self attention: `y - alpha (y·v̂) v̂` per query head, `y` (B,T,H,D), own values `v` (B,T,H_kv,D).
+    `multiply_sum`: the fused path's dot-product form, a multiply-sum or a `bmm` (None: multiply-sum off the CPU)."""
     h_kv, group = _check_heads(y, v)
     check_impl(impl)
     b, t, h, d = y.shape
@@ -99,9 +110,11 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused") 
         return xsa_plain(y.to(ct), v.to(ct), alpha).to(y.dtype)
     if isinstance(alpha, Tensor):
         alpha = alpha.expand(b, t, h).reshape(b * t * h_kv, group, 1)
-    yg = y.to(ct).reshape(b * t * h_kv, group, d)              # (N, G, D): a view when y is contiguous
-    vg = v.to(ct).reshape(b * t * h_kv, 1, d)                  # (N, 1, D): broadcast over the group, not copied
-    return _OwnValueProjection.apply(yg, vg, alpha).view(b, t, h, d).to(y.dtype)
+    yg = y.reshape(b * t * h_kv, group, d)                     # (N, G, D): a view when y is contiguous
+    vg = v.reshape(b * t * h_kv, 1, d)                         # (N, 1, D): broadcast over the group, not copied
+    if multiply_sum is None:
+        multiply_sum = y.device.type != "cpu"
+    return _OwnValueProjection.apply(yg, vg, alpha, multiply_sum).view(b, t, h, d)
 
 # %% ../nbs/01_xsa.ipynb #c1713d43
 def own_value_cosine(y: Tensor, v: Tensor) -> Tensor:
