@@ -719,14 +719,14 @@ print(json.dumps(times))
 """
 
 
-def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int = 8, preset: str = "cpu",
+def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 8, preset: str = "cpu",
                  run: str = "d2_base_s0") -> dict:
-    "Wall seconds of `run` of `preset` (cut to `steps`) through `10_train` and `11_eval` by `checkout`'s code, and its overhead."
+    "Wall seconds of `run` of `preset` (cut to `steps`; None: whole) through `10_train` and `11_eval` by `checkout`'s code, and its overhead."
     chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
     need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
-    train = dict(train_params(chosen, run_dir.parent), steps=steps, run_dir=str(run_dir))
+    train = dict(train_params(chosen, run_dir.parent), run_dir=str(run_dir)) | ({} if steps is None else {"steps": steps})
     evaluation = dict(chosen.eval, run_dir=str(run_dir))
     env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | {"PYTHONPATH": str(Path(checkout).resolve())}
     got = subprocess.run([sys.executable, "-c", OVERHEAD_SCRIPT, json.dumps(train), json.dumps(evaluation)],
@@ -742,7 +742,7 @@ BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's spe
 
 def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = BEFORE, shape: Shape = CPU_STUDY,
                      accum: int = 2, rounds: int = 9, compiled: bool = True, cache: Path | str | None = None,
-                     overhead_pairs: int = 3, log=print) -> dict:
+                     overhead_pairs: int = 3, full_run_pairs: int = 1, log=print) -> dict:
     "The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`."
     cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
     old = package_at(before, cache)
@@ -771,12 +771,14 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
         rows.append(dict(arm=name, median_ms=statistics.median(times), tok_s=tok_s, speedup=median_ratio(ref, times),
                          mfu=flops * tok_s / (result["ceilings_gflops"]["fp32"] * 1e9) if kind == "step" else None,
                          first_call_s=warm[name]))
-    result["rows"], result["overhead"] = rows, {before: [], "now": []}
+    result["rows"] = rows
     with tempfile.TemporaryDirectory() as runs:
-        for i in range(overhead_pairs):  # alternating, as the steps were
-            for label, tree in ((before, checkout_at(before, cache)), ("now", repo_root())):
-                result["overhead"][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0"))
-                log(f"overhead {label} {i + 1}/{overhead_pairs}: {result['overhead'][label][-1]}")
+        for key, steps, pairs in (("overhead", 8, overhead_pairs), ("full_run", None, full_run_pairs)):
+            result[key] = {before: [], "now": []}
+            for i in range(pairs):  # alternating, as the steps were
+                for label, tree in ((before, checkout_at(before, cache)), ("now", repo_root())):
+                    result[key][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0", steps))
+                    log(f"{key} {label} {i + 1}/{pairs}: {result[key][label][-1]}")
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if out_dir is not None:
         write_results(result, out_dir, "bench_cpu_preset", preset_speed_markdown)
@@ -798,12 +800,14 @@ def preset_speed_markdown(result: dict) -> str:
     for r in result["rows"]:
         lines.append(f"| {r['arm']} | {r['median_ms']:.1f} | {r['tok_s']:,.0f} | {_fmt(r['mfu'] and 100 * r['mfu'], '.1f')}"
                      f"{'%' if r['mfu'] else ''} | {r['speedup']:.2f}× | {r['first_call_s']:.1f} |")
-    if any(result.get("overhead", {}).values()):
-        lines += ["", "Around one short run of the preset (`d2_base_s0` cut to 8 steps; `10_train` then `11_eval` through "
-                  "papermill, in the kernels that code's runner uses), the median over the alternating repeats, in seconds:",
-                  "", "| code | runs | kernels | both notebooks | training (train_time) | overhead |",
-                  "|---|---|---|---|---|---|"]
-        for label, runs in result["overhead"].items():
+    for key, what in (("overhead", "one short run of the preset (`d2_base_s0` cut to 8 steps"),
+                      ("full_run", "one whole run of the preset (`d2_base_s0`, 256 steps")):
+        if not any(result.get(key, {}).values()):
+            continue
+        lines += ["", f"Around {what}; `10_train` then `11_eval` through papermill, in the kernels that code's runner "
+                  "uses), the median over the alternating repeats, in seconds:", "",
+                  "| code | runs | kernels | both notebooks | training (train_time) | overhead |", "|---|---|---|---|---|---|"]
+        for label, runs in result[key].items():
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             lines.append(f"| {label} | {len(runs)} | {med['kernels']} | {med['notebooks_s']:.1f} | "
                          f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} |")
