@@ -10,13 +10,13 @@
 # Stages, each under its own time limit and writing its files as soon as it ends (a stage that runs out of time loses
 # only itself), with TORCH_LOGS=graph_breaks,recompiles kept per stage in <stage>.log. At most 490 s in all:
 #   env   10 s  nvidia-smi, Python, torch, CUDA and Triton versions                               -> env.txt
-#   a    120 s  attention kernels at the d24 study shape (16 heads of 64, T 2048, 16 rows): windowed (S) and full (L),
+#   a    150 s  attention kernels at the d24 study shape (16 heads of 64, T 2048, 16 rows): windowed (S) and full (L),
 #               SDPA against FlexAttention, forward + backward time, differences from SDPA (output and gradients), the
-#               top kernels; then one training step of a d4 SSSL model on each kernel (loss, gradient norm); then
-#               XSA's projection compiled with each form of its dot product, multiply-sum against bmm (time, kernels,
-#               difference)
+#               top kernels; then one training step of a d4 SSSL model on each kernel (loss, gradient norm)
 #                                                                                               -> attention.json
-#   b    270 s  run_gpu_bench: the study's d12 (768 x 12 heads) and d24 (1024 x 16), T 2048, SSSL, bf16, compiled:
+#               then XSA's projection compiled with each form of its dot product, multiply-sum against bmm (time,
+#               kernels, difference), written after the rest so a stage out of time keeps the above  -> xsa_dot.json
+#   b    240 s  run_gpu_bench: the study's d12 (768 x 12 heads) and d24 (1024 x 16), T 2048, SSSL, bf16, compiled:
 #               baseline on FlexAttention, baseline on SDPA, XSA, Delta Block; tokens/s, MFU against the measured bf16
 #               peak, peak memory, Muon's Newton-Schulz timings                                 -> gpu_bench.md, .json
 #   c     90 s  train() end to end on the embedded corpus: d6, 30 steps, bf16 autocast, torch.compile, SSSL windows at
@@ -71,22 +71,25 @@ open(os.path.join(os.environ["OUT_DIR"], "env.txt"), "w").write("\n".join(lines)
 print("\n".join(lines[:5]))
 '
 
-stage a 120 '
+stage a 150 '
 import json, os, torch
-from xsa_nb.bench import ATTENTION_SHAPES, Shape, attention_check
+from xsa_nb.bench import ATTENTION_SHAPES, Shape, attention_check, xsa_dot_check
 if os.environ["MODE"] == "gpu":
     result = attention_check("cuda", torch.bfloat16)
 else:
     result = attention_check("cpu", torch.float32, {"S": (2, 96, 4, 2, 16, 24), "L": (2, 96, 4, 2, 16, -1)},
                              repeats=2, model_shape=Shape("tiny_sssl", 2, 256, 2, 128, "SSSL"))
 json.dump(result, open(os.path.join(os.environ["OUT_DIR"], "attention.json"), "w"), indent=2)
+forms = xsa_dot_check("cuda", torch.bfloat16) if os.environ["MODE"] == "gpu" else \
+    xsa_dot_check("cpu", torch.float32, (2, 96, 4, 2, 16), repeats=2)
+json.dump(forms, open(os.path.join(os.environ["OUT_DIR"], "xsa_dot.json"), "w"), indent=2)
 '
 
-stage b 270 '
+stage b 240 '
 import os
 from xsa_nb.bench import run_gpu_bench
 if os.environ["MODE"] == "gpu":
-    run_gpu_bench(os.environ["OUT_DIR"], "cuda", time_budget_s=200)  # + one d24 compile past it
+    run_gpu_bench(os.environ["OUT_DIR"], "cuda", time_budget_s=170)  # + one d24 compile past it
 else:
     run_gpu_bench(os.environ["OUT_DIR"], "cpu", depths=(2,), batches={2: 2}, seq_len=64, vocab=128,
                   variants=("baseline", "sdpa"), rounds=1, warmup=1)

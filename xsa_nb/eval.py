@@ -164,6 +164,7 @@ class EvalConfig:
     diag_rows: int = 4               # validation rows for the diagnostics
     device: str = "auto"             # "auto", "cpu", "cuda", "cuda:1", ...
     chat_dir: str = ""               # chat-task data directory (xsa_nb.chat_data layout) for ChatCORE; "" to skip
+    val_from_training: bool = False  # this process trained the run: take its last val bpb when it is the same pass
 
 
 def validate_eval_config(cfg: EvalConfig) -> EvalConfig:

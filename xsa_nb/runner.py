@@ -25,9 +25,10 @@ from .trainer import train
 from .utils import need, positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'run_notebooks', 'without_env',
-           'torchrun_command', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters',
-           'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'run_notebooks',
+           'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently',
+           'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse',
+           'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -56,30 +57,50 @@ def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, e
     return out
 
 
+CLEAR_NAMESPACE = """get_ipython().reset(new_session=False)
+__import__("gc").collect()
+if "torch" in __import__("sys").modules: __import__("torch").cuda.empty_cache()"""
+"What runs in a shared kernel between two notebooks: every name deleted (modules stay imported), memory given back."
+
+
+def _shared_kernel():
+    "A kernel manager for several notebooks in turn, remembering the clients they open (`.clients`) to close them."
+    from jupyter_client.manager import AsyncKernelManager
+
+    class SharedKernel(AsyncKernelManager):
+        def client(self, **kwargs):
+            kc = super().client(**kwargs)
+            self.clients.append(kc)
+            return kc
+
+    km = SharedKernel(kernel_name="python3")
+    km.clients = []
+    return km
+
+
 async def _clear_namespace(km) -> None:
-    "Delete every name the kernel of `km` holds (IPython's reset), keeping its imported modules."
+    "Run `CLEAR_NAMESPACE` in the kernel of `km`."
     kc = km.client()
     kc.start_channels()
-    try:
-        await kc.wait_for_ready(timeout=60)
-        reply = await kc.execute_interactive("get_ipython().reset(new_session=False)", store_history=False, timeout=60)
-        need(reply["content"]["status"] == "ok", f"could not clear the kernel's namespace: {reply['content']}")
-    finally:
-        kc.stop_channels()
+    await kc.wait_for_ready(timeout=60)
+    reply = await kc.execute_interactive(CLEAR_NAMESPACE, store_history=False, timeout=60)
+    need(reply["content"]["status"] == "ok", f"could not clear the kernel's namespace: {reply['content']}")
 
 
 def run_notebooks(notebooks: list[tuple[Path, Path, dict]], cwd: Path | None = None, echo: bool = True) -> list[Path]:
-    "`run_papermill` on each `(src, out, params)` in turn, all in one kernel whose namespace is cleared between them."
-    from jupyter_client.manager import AsyncKernelManager
+    """`run_papermill` on each `(src, out, params)` in turn, all in one `python3` kernel (started in `cwd`, which the
+    later notebooks keep) whose namespace is cleared between them (`CLEAR_NAMESPACE`)."""
     from jupyter_core.utils import run_sync
 
-    km, outs = AsyncKernelManager(kernel_name="python3"), []
+    km, outs = _shared_kernel(), []
     try:
         for src, out, params in notebooks:
             if outs:
                 run_sync(_clear_namespace)(km)
             outs.append(run_papermill(src, out, params, cwd=cwd, echo=echo, km=km))
     finally:
+        for kc in km.clients:  # papermill leaves open the clients of a kernel it does not own
+            kc.stop_channels()
         if km.has_kernel:
             run_sync(km.shutdown_kernel)(now=True)
     return outs
@@ -138,7 +159,8 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 else:
                     notebooks.append((root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params))
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" and v else v for k, v in run.eval.items()}
-            notebooks.append((root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir))))
+            eval_params.update(run_dir=str(run_dir), val_from_training=bool(notebooks))  # trained in this kernel
+            notebooks.append((root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", eval_params))
             run_notebooks(notebooks, cwd=root)  # one kernel: one start-up and one set of imports per run
             log(f"{run.name}: done")
             done.append(run_dir)

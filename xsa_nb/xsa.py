@@ -90,7 +90,8 @@ class _OwnValueProjection(torch.autograd.Function):
 def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused",
         multiply_sum: bool | None = None) -> Tensor:
     """Exclusive self attention: `y - alpha (y·v̂) v̂` per query head, `y` (B,T,H,D), own values `v` (B,T,H_kv,D).
-    `multiply_sum`: the fused path's dot-product form, a multiply-sum or a `bmm` (None: multiply-sum off the CPU)."""
+    `multiply_sum`: the fused path's dot-product form, a multiply-sum or a `bmm` (None: multiply-sum only while
+    compiling for a device other than the CPU)."""
     h_kv, group = _check_heads(y, v)
     check_impl(impl)
     b, t, h, d = y.shape
@@ -113,7 +114,7 @@ def xsa(y: Tensor, v: Tensor, alpha: float | Tensor = 1.0, impl: str = "fused",
     yg = y.reshape(b * t * h_kv, group, d)                     # (N, G, D): a view when y is contiguous
     vg = v.reshape(b * t * h_kv, 1, d)                         # (N, 1, D): broadcast over the group, not copied
     if multiply_sum is None:
-        multiply_sum = y.device.type != "cpu"
+        multiply_sum = y.device.type != "cpu" and torch.compiler.is_compiling()
     return _OwnValueProjection.apply(yg, vg, alpha, multiply_sum).view(b, t, h, d)
 
 # %% ../nbs/01_xsa.ipynb #c1713d43
