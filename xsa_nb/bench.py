@@ -698,22 +698,20 @@ import json, sys, time
 from pathlib import Path
 import papermill as pm
 try:
-    from xsa_nb.runner import run_notebooks  # how this checkout's runner executes a run's notebooks
+    from xsa_nb.runner import train_and_evaluate  # how this checkout's runner makes a run
 except ImportError:
-    run_notebooks = None                      # older code: a kernel for each notebook
+    train_and_evaluate = None                     # older code: a kernel for each notebook
 train, evaluation = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 run_dir = Path(train["run_dir"])
 run_dir.mkdir(parents=True, exist_ok=True)
-notebooks = [(Path("nbs/10_train.ipynb"), run_dir / "train.ipynb", train),
-             (Path("nbs/11_eval.ipynb"), run_dir / "eval.ipynb", evaluation)]
 start = time.perf_counter()
-if run_notebooks is not None:
-    run_notebooks(notebooks, cwd=Path("."), echo=False)
+if train_and_evaluate is not None:
+    train_and_evaluate("10_train", train, evaluation, run_dir, Path("."), echo=False)
 else:
-    for src, out, params in notebooks:
-        pm.execute_notebook(str(src), str(out), parameters=params, cwd=".", progress_bar=False,
-                            extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if run_notebooks else 2,
+    for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
+        pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
+                            progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2,
          "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"]}
 print(json.dumps(times))
 """
@@ -727,7 +725,7 @@ def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     train = dict(train_params(chosen, run_dir.parent), run_dir=str(run_dir)) | ({} if steps is None else {"steps": steps})
-    evaluation = dict(chosen.eval, run_dir=str(run_dir))
+    evaluation = dict(chosen.eval)
     env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | {"PYTHONPATH": str(Path(checkout).resolve())}
     got = subprocess.run([sys.executable, "-c", OVERHEAD_SCRIPT, json.dumps(train), json.dumps(evaluation)],
                          cwd=checkout, env=env, capture_output=True, text=True)

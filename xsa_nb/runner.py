@@ -25,10 +25,10 @@ from .trainer import train
 from .utils import need, positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'run_notebooks',
-           'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently',
-           'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse',
-           'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'train_and_evaluate',
+           'run_notebooks', 'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order',
+           'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs',
+           'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -85,6 +85,14 @@ async def _clear_namespace(km) -> None:
     await kc.wait_for_ready(timeout=60)
     reply = await kc.execute_interactive(CLEAR_NAMESPACE, store_history=False, timeout=60)
     need(reply["content"]["status"] == "ok", f"could not clear the kernel's namespace: {reply['content']}")
+
+
+def train_and_evaluate(notebook: str, params: dict, eval_params: dict, run_dir: Path, root: Path,
+                       echo: bool = True) -> list[Path]:
+    "Train `run_dir` with `notebook` (`10_train` or `14_sft`) and `params`, then evaluate it with `11_eval`, in one kernel."
+    evaluation = dict(eval_params, run_dir=str(run_dir), val_from_training=True)  # the kernel that trained it
+    return run_notebooks([(root / "nbs" / f"{notebook}.ipynb", Path(run_dir) / "train.ipynb", params),
+                          (root / "nbs" / "11_eval.ipynb", Path(run_dir) / "eval.ipynb", evaluation)], cwd=root, echo=echo)
 
 
 def run_notebooks(notebooks: list[tuple[Path, Path, dict]], cwd: Path | None = None, echo: bool = True) -> list[Path]:
@@ -152,16 +160,14 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 done.append(run_dir)
                 continue
             run_dir.mkdir(parents=True, exist_ok=True)  # papermill writes the executed notebook into it
-            notebooks = []
-            if status == "todo":
-                if nproc > 1 and run.kind == "train":
-                    subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
-                else:
-                    notebooks.append((root / "nbs" / f"{notebook}.ipynb", run_dir / "train.ipynb", params))
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" and v else v for k, v in run.eval.items()}
-            eval_params.update(run_dir=str(run_dir), val_from_training=bool(notebooks))  # trained in this kernel
-            notebooks.append((root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", eval_params))
-            run_notebooks(notebooks, cwd=root)  # one kernel: one start-up and one set of imports per run
+            if status == "todo" and not (nproc > 1 and run.kind == "train"):
+                train_and_evaluate(notebook, params, eval_params, run_dir, root)
+            else:
+                if status == "todo":
+                    subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
+                run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
+                              cwd=root)
             log(f"{run.name}: done")
             done.append(run_dir)
     return done
