@@ -11,14 +11,13 @@ import signal
 import sys
 from pathlib import Path
 
-from nbdev.config import get_config
 
 from . import bench, data, docs
 from .checkpoint import convert_checkpoint
 from .core_eval import build_eval_bundle
 from .experiments import PRESETS
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
-from .runner import report, reproduce, run_papermill, submit_preset
+from .runner import project_root, report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
 from .trainer import train
 from .utils import repo_root
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("train", "eval"):
         return run_command(args)
     elif args.command == "bench":
-        out = args.out or Path(get_config().config_path) / "docs" / "results"
+        out = args.out or project_root() / "docs" / "results"
         (bench.run_gpu_bench if args.gpu else bench.run_bench)(out)
     elif args.command == "checkpoint":
         try:

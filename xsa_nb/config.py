@@ -54,7 +54,8 @@ class TrainConfig:
     residual_scalars: bool = option(True, "nanochat's resid/x0 lambdas and backout; false: plain residual sum")
     attn_sink: bool = option(False, "learned per-head attention sink logit")
     kernels: str = option("fused", "XSA, routing and the loss: fused (fast) or plain (autograd through the formula)")
-    attention: str = option(AUTO, "attention kernel: auto is flex (FlexAttention) on a GPU, sdpa on the CPU")
+    attention: str = option(AUTO, "attention kernel: auto is flex on a GPU (FlexAttention where a window hides keys, "
+                                  "SDPA elsewhere), sdpa on the CPU")
     init_from: str = option("", "a run directory whose final weights start this run, empty for a fresh init")
     continue_from: str = option("", "a run directory this run continues (weights, optimizer, data, step), or empty")
     window_pattern: str = option(AUTO, "sliding-window pattern: auto is SSSL on a GPU, L on the CPU")

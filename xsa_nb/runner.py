@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nbdev.config import get_config
 from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, resolve_run
@@ -25,13 +24,19 @@ from .trainer import train
 from .utils import need, positive_int
 
 # %% auto #0
-__all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'run_papermill', 'train_and_evaluate',
-           'run_notebooks', 'without_env', 'torchrun_command', 'run_experiment', 'job_env', 'run_in_order',
-           'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs',
-           'rehearse', 'reproduce', 'report']
+__all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'project_root', 'run_papermill',
+           'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'run_experiment', 'job_env',
+           'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run',
+           'rehearsal_runs', 'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
+
+
+def project_root() -> Path:
+    "The project the current directory belongs to: where nbdev finds `settings.ini`, searching upward."
+    from nbdev.config import get_config  # here, not at the top: the GPU image has no nbdev, and the benchmarks import this
+    return Path(get_config(path=Path.cwd()).config_path)  # nbdev caches its answer per path, so the path is given
 
 
 def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, echo: bool = True, km=None) -> Path:
@@ -137,7 +142,7 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                    log=print) -> list[Path]:
     "Train and evaluate every run of `preset` under `root/runs/<preset>/` (skipping complete ones); return the dirs."
     p = get_preset(preset)
-    root = Path(root or get_config().config_path)
+    root = Path(root or project_root())
     runs_dir = root / "runs" / preset
     unknown = sorted(set(only or ()) - {r.name for r in p.runs})
     if unknown:
@@ -214,7 +219,7 @@ def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc
     """Every run of `preset` not yet complete as its own process (`xsa_nb reproduce --only RUN`, output in its
     run.log), `jobs` at a time and in dependency order; raise naming the runs that did not finish."""
     p = get_preset(preset)
-    root = Path(root or get_config().config_path)
+    root = Path(root or project_root())
     runs_dir = root / "runs" / preset
     todo = [r for r in p.runs if run_status(runs_dir / r.name) != "complete"]
 
@@ -262,7 +267,7 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
     if executor not in ("slurm", "local"):
         raise ValueError(f"executor must be 'slurm' or 'local', got {executor!r}")
     p = get_preset(preset)
-    root = Path(root or get_config().config_path)
+    root = Path(root or project_root())
     runs_dir = root / "runs" / preset
     ex = submitit.AutoExecutor(folder=runs_dir / "jobs" / "%j", cluster=executor)
     minutes = job_minutes(preset, root, nproc)
@@ -355,7 +360,7 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     writing anything; `only`: just those runs, and no report (returns [])."""
     get_preset(preset)
     positive_int("jobs", jobs, " (runs at once)")
-    root = Path(root or get_config().config_path)
+    root = Path(root or project_root())
     if dry_run:
         log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
         return []
@@ -380,7 +385,7 @@ def report(preset: str = "cpu", root: Path | None = None, from_records: bool = F
     from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only the report pays their import
 
     get_preset(preset)
-    root = Path(root or get_config().config_path)
+    root = Path(root or project_root())
     with without_env("IN_TEST"):
         run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
                       {"preset": preset, "root": str(root), "from_records": from_records}, cwd=root)

@@ -14,8 +14,8 @@ from torch import Tensor
 from .utils import check_impl
 
 # %% auto #0
-__all__ = ['ATTENTION_BACKENDS', 'xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'sdpa_attention', 'attend',
-           'flex_block_mask', 'compiled_flex_attention', 'flex_attention_windowed', 'self_alignment',
+__all__ = ['ATTENTION_BACKENDS', 'xsa_plain', 'xsa', 'own_value_cosine', 'attention_mask', 'hides_keys', 'sdpa_attention',
+           'attend', 'flex_block_mask', 'compiled_flex_attention', 'flex_attention_windowed', 'self_alignment',
            'attention_scores', 'attention_weights', 'own_weight', 'diagonal_attention_mass']
 
 # %% ../nbs/01_xsa.ipynb #61cd71d8
@@ -160,10 +160,15 @@ def _check_qk(q: Tensor, k: Tensor) -> tuple[int, int]:
 ATTENTION_BACKENDS: tuple[str, ...] = ("sdpa", "flex")  # the attention kernels `attend` can call
 
 
+def hides_keys(window: int, t_k: int) -> bool:
+    "Does a window of `window` previous tokens hide any of `t_k` keys from any query (beyond the causal mask)?"
+    return 0 <= window < t_k - 1
+
+
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, window: int = -1) -> Tensor:
     "Causal (sliding-window) attention of the last Tq positions with `scaled_dot_product_attention`: (B, H, Tq, D)."
     t_q, t_k = q.shape[1], k.shape[1]
-    cut = 0 <= window < t_k - 1                                  # does the window hide any key from any query?
+    cut = hides_keys(window, t_k)
     mask, causal = None, False
     if t_q == t_k and not cut:
         causal = True
@@ -182,7 +187,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 0.0, window:
         raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)}")
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"backend={backend!r}: allowed are {ATTENTION_BACKENDS}")
-    y = flex_attention_windowed(q, k, v, window) if backend == "flex" else sdpa_attention(q, k, v, window)
+    flex = backend == "flex" and t_q > 1 and hides_keys(window, t_k)  # else SDPA: see "Two attention kernels"
+    y = flex_attention_windowed(q, k, v, window) if flex else sdpa_attention(q, k, v, window)
     return xsa(y.transpose(1, 2).contiguous(), v[:, t_k - t_q:], alpha, impl)
 
 # %% ../nbs/01_xsa.ipynb #1378a2b3
