@@ -136,8 +136,15 @@ class Browser:
     def screenshot(self, path: Path, max_height: int = 4000) -> Path:
         "Save the page (from the top, at most `max_height` pixels tall) as a PNG."
         height = min(max_height, self.evaluate("document.documentElement.scrollHeight"))
-        shot = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+        # the window made as tall as the picture, then laid out again: capturing beyond a 900 px window drew tall pages
+        # shifted left, their sidebar cut off
+        self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=height, deviceScaleFactor=1,
+                  mobile=False)
+        self.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))")
+        shot = self.send("Page.captureScreenshot", format="png",
                          clip=dict(x=0, y=0, width=self.width, height=height, scale=1))
+        self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height, deviceScaleFactor=1,
+                  mobile=False)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_bytes(base64.b64decode(shot["data"]))
         return Path(path)
