@@ -38,7 +38,7 @@ from .checkpoint import code_version
 from .eval import model_bits_per_byte
 from .experiments import get_preset
 from .runner import train_params
-from .utils import atomic_write_text, median_ratio, need, paired_ms, repo_root
+from .utils import atomic_write_text, cpu_info, median_ratio, need, paired_ms, repo_root
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'CPU_STUDY', 'ATTENTION_SHAPES',
@@ -54,12 +54,7 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
 def machine_info(device: torch.device | str = "cpu") -> dict:
     "CPU model, cores, torch threads and version, load average (and the GPU, if `device` is CUDA)."
     device = torch.device(device)
-    cpu, flags = platform.processor() or platform.machine(), set()
-    if Path("/proc/cpuinfo").exists():
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), cpu)
-        flags = set(next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), []))
-    info = dict(cpu=cpu, bf16_units=sorted(flags & {"amx_bf16", "avx512_bf16"}), cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
+    info = dict(**cpu_info(), cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
                 python=platform.python_version(), load_avg=[round(x, 2) for x in os.getloadavg()],
                 time=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     if device.type == "cuda":

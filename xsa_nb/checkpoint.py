@@ -30,7 +30,7 @@ from .config import TrainConfig, build_model, resolve_device, resolve_settings, 
 from .model import GPT
 from .recipe import resolve_recipe
 from .tokenizer import Tokenizer
-from .utils import atomic_write_bytes, atomic_write_text, dist_info, repo_root
+from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, repo_root
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'RECORD_FILES',
@@ -265,11 +265,13 @@ def code_version() -> dict:
 
 
 def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) -> dict:
-    "What made a run, besides its configuration: code version, library versions, device, dtype, threads."
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    "What made a run besides its configuration: code and library versions, device (a CPU's model), dtype, threads."
+    cpu = cpu_info()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu["cpu"]
     return {**code_version(), "xsa_nb": xsa_nb.__version__, "torch": torch.__version__,
             "python": platform.python_version(), "device": str(device), "device_name": name,
-            "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(), "world_size": world_size}
+            "cpu_bf16_units": cpu["bf16_units"], "dtype": str(dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "world_size": world_size}
 
 
 UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "wandb_project", "nan_at_step")  # where, and what trains nothing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import re
 import statistics
 import time
@@ -21,9 +22,9 @@ import torch.distributed as dist
 import xsa_nb
 
 # %% auto #0
-__all__ = ['KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need', 'is_integer',
-           'positive_int', 'check_device', 'check_impl', 'paired_ms', 'median_ratio', 'one_thread', 'table_cell',
-           'markdown_table', 'sphinx_anchor']
+__all__ = ['BF16_CPU_FLAGS', 'KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need',
+           'is_integer', 'positive_int', 'check_device', 'cpu_info', 'check_impl', 'paired_ms', 'median_ratio',
+           'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -90,6 +91,24 @@ def check_device(device: str, available: bool = True) -> None:
               (kind == "mps" and "mps" not in here)
     if missing:
         raise ValueError(f"device {device!r} is not available on this machine; available: {', '.join(here)}")
+
+# %% ../nbs/00a_utils.ipynb #a3071a27
+BF16_CPU_FLAGS: tuple[str, ...] = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of bfloat16 matrix units
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict:
+    "This CPU's model name and bfloat16 units (`BF16_CPU_FLAGS` present) from `/proc/cpuinfo`'s text (`cpuinfo`)."
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text() if path.exists() else ""
+    fields = {}
+    for line in cpuinfo.splitlines():  # "key<TAB>: value", once per processor: the first one's
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
+            "bf16_units": [f for f in BF16_CPU_FLAGS if f in flags]}
 
 # %% ../nbs/00a_utils.ipynb #cb8285e7
 KERNEL_IMPLS: tuple[str, ...] = ("fused", "plain")
