@@ -487,12 +487,12 @@ CPU_STUDY = Shape("cpu_study", depth=2, seq_len=256, batch=8, vocab=4096)  # the
 
 
 def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = CPU_STUDY, rounds: int = 9,
-                    compiled: bool = True, log=print) -> dict:
-    "fp32 against bf16 autocast and against Muon in bf16 at `shape`, eager (and compiled): `bench_cpu_dtype.md`."
-    variants = {shape.name: ["baseline", "bf16", "muon_bf16"]}
+                    compiled: bool = True, stem: str = "bench_cpu_dtype", log=print) -> dict:
+    "fp32 against bf16 autocast and against Muon in bf16 at `shape`, eager (and compiled): `<stem>.md`, titled by the CPU."
+    variants, cpu = {shape.name: ["baseline", "bf16", "muon_bf16"]}, cpu_info()
+    title = f"CPU benchmark: bfloat16 at the cpu preset's shape ({cpu['cpu']}; {', '.join(cpu['bf16_units']) or 'no bf16 units'})"
     return run_bench(out_dir, rounds, (shape,), variants, variants if compiled else {}, muon_shapes={},
-                     focus_rounds=0, stem="bench_cpu_dtype", title="CPU benchmark: bfloat16 at the cpu preset's shape",
-                     log=log)
+                     focus_rounds=0, stem=stem, title=title, log=log)
 
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",
