@@ -101,11 +101,8 @@ def cpu_info(cpuinfo: str | None = None) -> dict:
     if cpuinfo is None:
         path = Path("/proc/cpuinfo")
         cpuinfo = path.read_text() if path.exists() else ""
-    fields = {}
-    for line in cpuinfo.splitlines():  # "key<TAB>: value", once per processor: the first one's
-        key, colon, value = line.partition(":")
-        if colon:
-            fields.setdefault(key.strip(), value.strip())
+    first = cpuinfo.split("\n\n", 1)[0]  # one block of "key<TAB>: value" lines per processor: the first one's
+    fields = {k.strip(): v.strip() for k, colon, v in (line.partition(":") for line in first.splitlines()) if colon}
     flags = set(fields.get("flags", "").split())
     return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
             "bf16_units": [f for f in BF16_CPU_FLAGS if f in flags]}
