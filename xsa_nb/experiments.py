@@ -5,7 +5,7 @@
 # %% ../nbs/09_experiments.ipynb #14aa225d
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .chat_data import chat_sample_dir
@@ -14,9 +14,9 @@ from .published import PUBLISHED_SHAPES
 from .recipe import ASSUMED_MFU, run_plan
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'PIPELINE_CHECKS', 'PRESETS', 'Run', 'Scale', 'Preset', 'run_name',
-           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'train_params', 'plan_experiment',
-           'plan_experiment_text']
+__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'Run', 'Scale', 'Preset',
+           'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'train_params',
+           'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -183,6 +183,15 @@ def gpu_study(name: str, depths: tuple[int, int], size_depths: tuple[int, ...], 
         "GPU node (8×H100 class), bf16")
 
 
+CPU_SCALE = Scale(
+    depths=(2,), size_depths=(2,), seq_lens=(256, 512), lr_scales=(4.0,), seeds=(0, 1, 2, 3, 4), last_n=0,
+    partial_alpha=0, routing=("attnres", "delta_block", "delta"), routing_depths=(2,), routing_seeds=(0, 1, 2),
+    convert_to=CONVERSIONS, convert_steps=32,
+    convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE, plain_control=True,
+    eval=dict(eval_tokens=65536, diag_rows=4, device="cpu"))
+"The `cpu` preset's studies; `cpu-bf16` is the same runs under bf16 autocast, for CPUs with bf16 matrix units."
+
+
 PIPELINE_CHECKS = ("smoke", "gpu-smoke")  # presets that check the pipeline: their numbers are not results
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     make_preset("smoke", Scale(
@@ -193,12 +202,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
         eval=dict(eval_tokens=512, diag_rows=2, device="cpu"),
         sft=dict(steps=3, eval_every=-1, eval_tokens=256, save_every=-1, device="cpu"),
         chat_eval=dict(chat_dir=str(chat_sample_dir()))), "CPU (any)"),
-    make_preset("cpu", Scale(
-        depths=(2,), size_depths=(2,), seq_lens=(256, 512), lr_scales=(4.0,), seeds=(0, 1, 2, 3, 4), last_n=0,
-        partial_alpha=0, routing=("attnres", "delta_block", "delta"), routing_depths=(2,), routing_seeds=(0, 1, 2),
-        convert_to=CONVERSIONS, convert_steps=32,
-        convert_seeds=(0, 1, 2), tokens_per_step=4096, base=_CPU_BASE, plain_control=True,
-        eval=dict(eval_tokens=65536, diag_rows=4, device="cpu")), "2 CPU cores, fp32"),
+    make_preset("cpu", CPU_SCALE, "2 CPU cores, fp32"),
+    make_preset("cpu-bf16", replace(CPU_SCALE, base=CPU_SCALE.base | dict(dtype="bfloat16")),
+                "2 CPU cores with bf16 units (AVX512-BF16 or AMX), bf16 autocast"),
     make_preset("gpu-smoke", Scale(
         depths=(6, 8), size_depths=(6, 8), seq_lens=(2048,), lr_scales=(1.0,), seeds=(0,), last_n=0,
         partial_alpha=0, routing=("delta_block",), routing_depths=(6,), convert_to=("delta_block",),
