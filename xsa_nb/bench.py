@@ -5,6 +5,7 @@
 # %% ../nbs/13_bench.ipynb #17257f1e
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import importlib
@@ -36,7 +37,7 @@ from .xsa import ATTENTION_BACKENDS, flex_attention_windowed, sdpa_attention, xs
 from .trainer import build_optimizer
 from .checkpoint import code_version
 from .eval import model_bits_per_byte
-from .experiments import get_preset
+from .experiments import get_preset, run_name
 from .runner import train_params
 from .utils import atomic_write_text, cpu_info, median_ratio, need, paired_ms, repo_root
 
@@ -45,10 +46,10 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
            'OVERHEAD_SCRIPT', 'BEFORE', 'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model',
            'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee', 'train_step', 'time_variants',
            'summarise', 'rate_against_ceiling', 'muon_timing', 'machine_text', 'results_markdown', 'delta_bounds',
-           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'run_gpu_bench',
-           'kernel_names', 'attention_check', 'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step',
-           'checkout_at', 'package_at', 'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed',
-           'preset_speed_markdown']
+           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'dtype_records',
+           'dtype_records_markdown', 'write_dtype_records', 'run_gpu_bench', 'kernel_names', 'attention_check',
+           'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step', 'checkout_at', 'package_at',
+           'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -494,6 +495,69 @@ def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = 
     return run_bench(out_dir, rounds, (shape,), variants, variants if compiled else {}, muon_shapes={},
                      focus_rounds=0, stem=stem, title=title, log=log)
 
+# %% ../nbs/13_bench.ipynb #1a2d6221
+def _report_rows(report_dir: Path, name: str) -> list[dict]:
+    "The rows of one of a report's CSV tables (`per_run.csv`, `claims.csv`)."
+    path = Path(report_dir) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such table; write the report with `xsa_nb reproduce` or `xsa_nb report`")
+    return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+
+
+def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "docs/results/cpu-bf16",
+                  preset: str = "cpu") -> dict:
+    "bf16 against fp32 over one preset's runs: per run val bpb and seconds, the paired mean difference, every claim's verdict."
+    from xsa_nb.stats import mean_interval  # scipy: only this comparison pays its import
+
+    a, b = ({r["run"]: r for r in _report_rows(d, "per_run.csv")} for d in (fp32, bf16))
+    if set(a) != set(b):
+        raise ValueError(f"the reports hold different runs: only in {fp32}: {sorted(set(a) - set(b))}; "
+                         f"only in {bf16}: {sorted(set(b) - set(a))}")
+    p = get_preset(preset)
+    scratch = {r.name for r in p.runs if not r.after}
+    runs = [dict(run=n, seed=int(a[n]["seed"]), fp32=float(a[n]["val_bpb"]), bf16=float(b[n]["val_bpb"]),
+                 diff=float(b[n]["val_bpb"]) - float(a[n]["val_bpb"]), fp32_train_s=float(a[n]["train_s"]),
+                 bf16_train_s=float(b[n]["train_s"]), from_scratch=n in scratch) for n in a]
+    mean, low, high = mean_interval([r["diff"] for r in runs if r["from_scratch"]])
+    baselines = [a[run_name(p.scale.depths[0], "base", s)] for s in p.scale.seeds]
+    fp32_claims, bf16_claims = ({r["key"]: r for r in _report_rows(d, "claims.csv")} for d in (fp32, bf16))
+    claims = [dict(key=k, claim=c["claim"], fp32=c["ours"], bf16=bf16_claims[k]["ours"], fp32_verdict=c["verdict"],
+                   bf16_verdict=bf16_claims[k]["verdict"], same=c["verdict"] == bf16_claims[k]["verdict"])
+              for k, c in fp32_claims.items() if k in bf16_claims]
+    return dict(preset=preset, fp32_dir=str(fp32), bf16_dir=str(bf16), runs=runs, claims=claims,
+                from_scratch=sum(r["from_scratch"] for r in runs), diff=mean, ci_low=low, ci_high=high,
+                seed_sd=statistics.stdev(float(r["val_bpb"]) for r in baselines),
+                train_s=dict(fp32=sum(r["fp32_train_s"] for r in runs), bf16=sum(r["bf16_train_s"] for r in runs)),
+                commits=dict(fp32=sorted({r["commit"] for r in a.values()}), bf16=sorted({r["commit"] for r in b.values()})))
+
+
+def dtype_records_markdown(result: dict) -> str:
+    "The comparison as a page: the summary, every claim in both reports, every run in both."
+    r, t = result, result["train_s"]
+    lines = [f"# bf16 against fp32 over the `{r['preset']}` preset's runs", "",
+             f"Reports: `{r['fp32_dir']}` (fp32, commit {', '.join(r['commits']['fp32'])}) and `{r['bf16_dir']}` "
+             f"(bf16 autocast, commit {', '.join(r['commits']['bf16'])}). The same runs and seeds; bf16 − fp32 "
+             f"validation bpb over the {r['from_scratch']} runs trained from scratch: {r['diff']:+.4f} "
+             f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95 % interval); the fp32 baseline's seeds have a standard "
+             f"deviation of {r['seed_sd']:.4f}. Training time of all runs: {t['fp32']:.0f} s fp32, {t['bf16']:.0f} s "
+             f"bf16 ({t['bf16'] / t['fp32']:.2f}×).", "",
+             f"Verdicts the same in both: {sum(c['same'] for c in r['claims'])} of {len(r['claims'])} claims.", "",
+             "| claim | fp32 | bf16 | verdict fp32 | verdict bf16 | same |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['fp32']} | {c['bf16']} | {c['fp32_verdict']} | {c['bf16_verdict']} | "
+              f"{'yes' if c['same'] else '**no**'} |" for c in r["claims"]]
+    lines += ["", "| run | from scratch | val bpb fp32 | val bpb bf16 | bf16 − fp32 | train s fp32 | train s bf16 |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {x['run']} | {'yes' if x['from_scratch'] else 'no'} | {x['fp32']:.4f} | {x['bf16']:.4f} | "
+              f"{x['diff']:+.4f} | {x['fp32_train_s']:.1f} | {x['bf16_train_s']:.1f} |" for x in r["runs"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_dtype_records(out_dir: Path | str = "docs/results", **kwargs) -> dict:
+    "`dtype_records(**kwargs)`, written as `bench_cpu_dtype_records.{json,md}` into `out_dir`."
+    result = dtype_records(**kwargs)
+    write_results(result, out_dir, "bench_cpu_dtype_records", dtype_records_markdown)
+    return result
+
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",
                   depths: tuple[int, ...] = (12, 24), batches: dict[int, int] | None = None, seq_len: int = 2048,
@@ -677,15 +741,18 @@ def package_at(commit: str, dest: Path | str, root: Path | str | None = None) ->
     return importlib.import_module(name)  # with .bench, .eval and what they import
 
 
-def trainer_step(bench: ModuleType, shape: Shape, accum: int, compile: bool = False) -> Callable[[], None]:
-    "One optimizer step of `shape` by `bench`'s package: `accum` micro-batches, forward + backward each, then the optimizer."
-    t = bench.make_trainee(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), "baseline",
+def trainer_step(bench: ModuleType, shape: Shape, accum: int, compile: bool = False,
+                 variant: str = "baseline") -> Callable[[], None]:
+    "One optimizer step of `variant` at `shape` by `bench`'s package: `accum` micro-batches, forward (in its autocast) + backward each, then the optimizer."
+    t = bench.make_trainee(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), variant,
                            "cpu", compile)
     x, y = torch.randint(0, shape.vocab, (2, accum, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(0))
 
     def step() -> None:
         for i in range(accum):
-            (t.forward(x[i], y[i]) / accum).backward()
+            with t.autocast():
+                loss = t.forward(x[i], y[i])
+            (loss / accum).backward()
         t.optimizer.step()
         t.model.zero_grad(set_to_none=True)
     return step
@@ -751,8 +818,10 @@ BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's spe
 
 def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = BEFORE, shape: Shape = CPU_STUDY,
                      accum: int = 2, rounds: int = 9, compiled: bool = True, cache: Path | str | None = None,
-                     overhead_pairs: int = 3, full_run_pairs: int = 1, log=print) -> dict:
-    "The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`."
+                     overhead_pairs: int = 3, full_run_pairs: int = 1, bf16: bool | None = None, log=print) -> dict:
+    """The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`.
+    `bf16` (default: where the CPU has bf16 units) adds now's bf16 autocast step and a whole run of `cpu-bf16`."""
+    bf16 = bool(cpu_info()["bf16_units"]) if bf16 is None else bf16
     cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
     old = package_at(before, cache)
     this = importlib.import_module("xsa_nb.bench")
@@ -761,6 +830,8 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
             "evaluation, now": evaluation_pass(this, shape, model_bits_per_byte)}
     if compiled:
         arms["step, now, compiled"] = trainer_step(this, shape, accum, compile=True)
+    if bf16:
+        arms["step, now, eager, bf16"] = trainer_step(this, shape, accum, variant="bf16")
     result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
                   now=code_version(), shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())
     warm = {}
@@ -778,15 +849,20 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
         ref = ms[f"{kind}, {before}, eager" if kind == "step" else f"{kind}, {before}"]
         tok_s = tokens / (statistics.median(times) / 1e3)
         rows.append(dict(arm=name, median_ms=statistics.median(times), tok_s=tok_s, speedup=median_ratio(ref, times),
-                         mfu=flops * tok_s / (result["ceilings_gflops"]["fp32"] * 1e9) if kind == "step" else None,
+                         mfu=flops * tok_s / (result["ceilings_gflops"]["bf16" if name.endswith("bf16") else "fp32"] * 1e9)
+                         if kind == "step" else None,
                          first_call_s=warm[name]))
     result["rows"] = rows
     with tempfile.TemporaryDirectory() as runs:
         for key, steps, pairs in (("overhead", 8, overhead_pairs), ("full_run", None, full_run_pairs)):
             result[key] = {before: [], "now": []}
+            codes = [(before, checkout_at(before, cache), "cpu"), ("now", repo_root(), "cpu")]
+            if bf16 and steps is None:
+                result[key]["now, cpu-bf16"] = []
+                codes.append(("now, cpu-bf16", repo_root(), "cpu-bf16"))
             for i in range(pairs):  # alternating, as the steps were
-                for label, tree in ((before, checkout_at(before, cache)), ("now", repo_root())):
-                    result[key][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0", steps))
+                for label, tree, preset in codes:
+                    result[key][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0", steps, preset))
                     log(f"{key} {label} {i + 1}/{pairs}: {result[key][label][-1]}")
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if out_dir is not None:
@@ -798,7 +874,8 @@ def preset_speed_markdown(result: dict) -> str:
     "The before-and-after table of `run_preset_speed`, with its machine and shape."
     s = result["shape"]
     lines = [f"# {result['title']}", "",
-             f"{machine_text(result)} fp32 matmul ceiling {result['ceilings_gflops']['fp32']:.0f} GFLOP/s. Code: "
+             f"{machine_text(result)} Matmul ceilings: fp32 {result['ceilings_gflops']['fp32']:.0f}, bf16 "
+             f"{result['ceilings_gflops']['bf16']:.0f} GFLOP/s; MFU is against the ceiling of the arm's dtype. Code: "
              f"`{result['before']}` against `{result['now']['commit'][:7]}`{' with changes' if result['now']['dirty'] else ''}"
              " (now).", "",
              f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
