@@ -507,7 +507,8 @@ def _report_rows(report_dir: Path, name: str) -> list[dict]:
 def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "docs/results/cpu-bf16",
                   preset: str = "cpu") -> dict:
     "bf16 against fp32 over one preset's runs: per run val bpb and seconds, the paired mean difference, every claim's verdict."
-    from xsa_nb.stats import mean_interval  # scipy: only this comparison pays its import
+    from xsa_nb.claims import NOT_MEASURED  # with scipy: only this comparison pays their import
+    from xsa_nb.stats import mean_interval
 
     a, b = ({r["run"]: r for r in _report_rows(d, "per_run.csv")} for d in (fp32, bf16))
     if set(a) != set(b):
@@ -521,9 +522,10 @@ def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "doc
     mean, low, high = mean_interval([r["diff"] for r in runs if r["from_scratch"]])
     baselines = [a[run_name(p.scale.depths[0], "base", s)] for s in p.scale.seeds]
     fp32_claims, bf16_claims = ({r["key"]: r for r in _report_rows(d, "claims.csv")} for d in (fp32, bf16))
-    claims = [dict(key=k, claim=c["claim"], fp32=c["ours"], bf16=bf16_claims[k]["ours"], fp32_verdict=c["verdict"],
-                   bf16_verdict=bf16_claims[k]["verdict"], same=c["verdict"] == bf16_claims[k]["verdict"])
-              for k, c in fp32_claims.items() if k in bf16_claims]
+    claims = [dict(key=k, claim=c["claim"], fp32=c["ours"], bf16=o["ours"], fp32_verdict=c["verdict"],
+                   bf16_verdict=o["verdict"], measured=sum(v != NOT_MEASURED for v in (c["verdict"], o["verdict"])),
+                   same=c["verdict"] == o["verdict"])
+              for k, c in fp32_claims.items() if (o := bf16_claims.get(k))]  # measured: by 0, 1 or both reports
     return dict(preset=preset, fp32_dir=str(fp32), bf16_dir=str(bf16), runs=runs, claims=claims,
                 from_scratch=sum(r["from_scratch"] for r in runs), diff=mean, ci_low=low, ci_high=high,
                 seed_sd=statistics.stdev(float(r["val_bpb"]) for r in baselines),
@@ -532,8 +534,9 @@ def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "doc
 
 
 def dtype_records_markdown(result: dict) -> str:
-    "The comparison as a page: the summary, every claim in both reports, every run in both."
+    "The comparison as a page: the summary, every claim measured in either report, every run in both."
     r, t = result, result["train_s"]
+    both, one = ([c for c in r["claims"] if c["measured"] == n] for n in (2, 1))
     lines = [f"# bf16 against fp32 over the `{r['preset']}` preset's runs", "",
              f"Reports: `{r['fp32_dir']}` (fp32, commit {', '.join(r['commits']['fp32'])}) and `{r['bf16_dir']}` "
              f"(bf16 autocast, commit {', '.join(r['commits']['bf16'])}). The same runs and seeds; bf16 − fp32 "
@@ -541,10 +544,12 @@ def dtype_records_markdown(result: dict) -> str:
              f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95 % interval); the fp32 baseline's seeds have a standard "
              f"deviation of {r['seed_sd']:.4f}. Training time of all runs: {t['fp32']:.0f} s fp32, {t['bf16']:.0f} s "
              f"bf16 ({t['bf16'] / t['fp32']:.2f}×).", "",
-             f"Verdicts the same in both: {sum(c['same'] for c in r['claims'])} of {len(r['claims'])} claims.", "",
+             f"Verdicts the same in both: {sum(c['same'] for c in both)} of the {len(both)} claims both reports measure. "
+             f"{len(one)} more are measured by one report only (a study kept beside that preset, `12e_records`); "
+             f"{len(r['claims']) - len(both) - len(one)} by neither at this scale.", "",
              "| claim | fp32 | bf16 | verdict fp32 | verdict bf16 | same |", "|---|---|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['fp32']} | {c['bf16']} | {c['fp32_verdict']} | {c['bf16_verdict']} | "
-              f"{'yes' if c['same'] else '**no**'} |" for c in r["claims"]]
+              f"{'one report only' if c['measured'] == 1 else 'yes' if c['same'] else '**no**'} |" for c in both + one]
     lines += ["", "| run | from scratch | val bpb fp32 | val bpb bf16 | bf16 − fp32 | train s fp32 | train s bf16 |",
               "|---|---|---|---|---|---|---|"]
     lines += [f"| {x['run']} | {'yes' if x['from_scratch'] else 'no'} | {x['fp32']:.4f} | {x['bf16']:.4f} | "
