@@ -46,10 +46,10 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
            'OVERHEAD_SCRIPT', 'BEFORE', 'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model',
            'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee', 'train_step', 'time_variants',
            'summarise', 'rate_against_ceiling', 'muon_timing', 'machine_text', 'results_markdown', 'delta_bounds',
-           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'dtype_records',
-           'dtype_records_markdown', 'write_dtype_records', 'run_gpu_bench', 'kernel_names', 'attention_check',
-           'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step', 'checkout_at', 'package_at',
-           'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
+           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'family_comparisons',
+           'dtype_records', 'dtype_records_markdown', 'write_dtype_records', 'run_gpu_bench', 'kernel_names',
+           'attention_check', 'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step', 'checkout_at',
+           'package_at', 'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -497,59 +497,80 @@ def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = 
 
 # %% ../nbs/13_bench.ipynb #1a2d6221
 def _report_rows(report_dir: Path, name: str) -> list[dict]:
-    "The rows of one of a report's CSV tables (`per_run.csv`, `claims.csv`)."
+    "The rows of one of a report's CSV tables (`per_run.csv`, `routing.csv`, ...)."
     path = Path(report_dir) / name
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such table; write the report with `xsa_nb reproduce` or `xsa_nb report`")
     return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
 
 
+def family_comparisons(report_dir: Path | str) -> dict[str, dict]:
+    "A report's paired comparisons under Holm's correction (`12_report`), by label: difference, interval, level, verdict."
+    def comparison(r: dict, diff: str, low: str, high: str, level: str, verdict: str) -> dict:
+        return dict(diff=float(r[diff]), ci_low=float(r[low]), ci_high=float(r[high]), level=float(r[level]),
+                    verdict=r[verdict])
+    out = {}
+    for r in _report_rows(report_dir, "xsa_muon.csv"):  # rows with a level: paired over ≥ 2 seeds, in the family
+        if r["source"].startswith("ours") and r["level"]:
+            out[f"d{r['depth']} {r['variant']} − baseline"] = comparison(r, "diff", "ci_low", "ci_high", "level", "verdict")
+    for r in _report_rows(report_dir, "routing.csv"):
+        if r["source"].startswith("ours") and r["level"]:
+            out[f"{r['size']} {r['residual']} − {r['reference']}"] = comparison(r, "diff", "ci_low", "ci_high", "level", "verdict")
+    for r in _report_rows(report_dir, "routing_conversion.csv"):
+        if r["verdict"] != "control":  # the control is what the others are measured against
+            out[f"converted to {r['converted_to']}: jump"] = comparison(r, "jump", "jump_low", "jump_high", "jump_level",
+                                                                       "jump_verdict")
+            out[f"converted to {r['converted_to']}: vs control"] = comparison(r, "vs_control", "ci_low", "ci_high",
+                                                                             "level", "verdict")
+    return out
+
+
 def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "docs/results/cpu-bf16",
                   preset: str = "cpu") -> dict:
-    "bf16 against fp32 over one preset's runs: per run val bpb and seconds, the paired mean difference, every claim's verdict."
-    from xsa_nb.claims import NOT_MEASURED  # with scipy: only this comparison pays their import
-    from xsa_nb.stats import mean_interval
+    "bf16 against fp32 over one preset's runs: per run val bpb and seconds, the paired mean difference, every family verdict."
+    from xsa_nb.stats import mean_interval  # scipy: only this comparison pays its import
 
     a, b = ({r["run"]: r for r in _report_rows(d, "per_run.csv")} for d in (fp32, bf16))
-    if set(a) != set(b):
-        raise ValueError(f"the reports hold different runs: only in {fp32}: {sorted(set(a) - set(b))}; "
-                         f"only in {bf16}: {sorted(set(b) - set(a))}")
+    fa, fb = family_comparisons(fp32), family_comparisons(bf16)
+    for what, x, y in (("runs", a, b), ("comparisons", fa, fb)):
+        if set(x) != set(y):
+            raise ValueError(f"the reports hold different {what}: only in {fp32}: {sorted(set(x) - set(y))}; "
+                             f"only in {bf16}: {sorted(set(y) - set(x))}")
     p = get_preset(preset)
     scratch = {r.name for r in p.runs if not r.after}
     runs = [dict(run=n, seed=int(a[n]["seed"]), fp32=float(a[n]["val_bpb"]), bf16=float(b[n]["val_bpb"]),
                  diff=float(b[n]["val_bpb"]) - float(a[n]["val_bpb"]), fp32_train_s=float(a[n]["train_s"]),
                  bf16_train_s=float(b[n]["train_s"]), from_scratch=n in scratch) for n in a]
-    mean, low, high = mean_interval([r["diff"] for r in runs if r["from_scratch"]])
+    diffs = [r["diff"] for r in runs if r["from_scratch"]]
+    mean, low, high = mean_interval(diffs)
     baselines = [a[run_name(p.scale.depths[0], "base", s)] for s in p.scale.seeds]
-    fp32_claims, bf16_claims = ({r["key"]: r for r in _report_rows(d, "claims.csv")} for d in (fp32, bf16))
-    claims = [dict(key=k, claim=c["claim"], fp32=c["ours"], bf16=o["ours"], fp32_verdict=c["verdict"],
-                   bf16_verdict=o["verdict"], measured=sum(v != NOT_MEASURED for v in (c["verdict"], o["verdict"])),
-                   same=c["verdict"] == o["verdict"])
-              for k, c in fp32_claims.items() if (o := bf16_claims.get(k))]  # measured: by 0, 1 or both reports
-    return dict(preset=preset, fp32_dir=str(fp32), bf16_dir=str(bf16), runs=runs, claims=claims,
-                from_scratch=sum(r["from_scratch"] for r in runs), diff=mean, ci_low=low, ci_high=high,
+    family = [dict(comparison=k, fp32=fa[k], bf16=fb[k], same=fa[k]["verdict"] == fb[k]["verdict"]) for k in fa]
+    return dict(preset=preset, fp32_dir=str(fp32), bf16_dir=str(bf16), runs=runs, family=family,
+                from_scratch=len(diffs), diff=mean, ci_low=low, ci_high=high, run_sd=statistics.stdev(diffs),
                 seed_sd=statistics.stdev(float(r["val_bpb"]) for r in baselines),
                 train_s=dict(fp32=sum(r["fp32_train_s"] for r in runs), bf16=sum(r["bf16_train_s"] for r in runs)),
                 commits=dict(fp32=sorted({r["commit"] for r in a.values()}), bf16=sorted({r["commit"] for r in b.values()})))
 
 
+def _interval(c: dict) -> str:
+    return f"{c['diff']:+.4f} [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] ({100 * c['level']:.2f} %)"
+
+
 def dtype_records_markdown(result: dict) -> str:
-    "The comparison as a page: the summary, every claim measured in either report, every run in both."
+    "The comparison as a page: the summary, every comparison of the family in both reports, every run in both."
     r, t = result, result["train_s"]
-    both, one = ([c for c in r["claims"] if c["measured"] == n] for n in (2, 1))
     lines = [f"# bf16 against fp32 over the `{r['preset']}` preset's runs", "",
              f"Reports: `{r['fp32_dir']}` (fp32, commit {', '.join(r['commits']['fp32'])}) and `{r['bf16_dir']}` "
              f"(bf16 autocast, commit {', '.join(r['commits']['bf16'])}). The same runs and seeds; bf16 − fp32 "
-             f"validation bpb over the {r['from_scratch']} runs trained from scratch: {r['diff']:+.4f} "
-             f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95 % interval); the fp32 baseline's seeds have a standard "
-             f"deviation of {r['seed_sd']:.4f}. Training time of all runs: {t['fp32']:.0f} s fp32, {t['bf16']:.0f} s "
-             f"bf16 ({t['bf16'] / t['fp32']:.2f}×).", "",
-             f"Verdicts the same in both: {sum(c['same'] for c in both)} of the {len(both)} claims both reports measure. "
-             f"{len(one)} more are measured by one report only (a study kept beside that preset, `12e_records`); "
-             f"{len(r['claims']) - len(both) - len(one)} by neither at this scale.", "",
-             "| claim | fp32 | bf16 | verdict fp32 | verdict bf16 | same |", "|---|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['fp32']} | {c['bf16']} | {c['fp32_verdict']} | {c['bf16_verdict']} | "
-              f"{'one report only' if c['measured'] == 1 else 'yes' if c['same'] else '**no**'} |" for c in both + one]
+             f"validation bpb over the {r['from_scratch']} runs trained from scratch: mean {r['diff']:+.4f} "
+             f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95 % interval), standard deviation {r['run_sd']:.4f} from run "
+             f"to run; the fp32 baseline's seeds have a standard deviation of {r['seed_sd']:.4f}. Training time of all "
+             f"runs: {t['fp32']:.0f} s fp32, {t['bf16']:.0f} s bf16 ({t['bf16'] / t['fp32']:.2f}×).", "",
+             f"Verdicts the same in both: {sum(c['same'] for c in r['family'])} of the {len(r['family'])} comparisons "
+             "of the report's family (paired over seeds, each interval at its level under Holm's correction).", "",
+             "| comparison | verdict fp32 | verdict bf16 | same | fp32 | bf16 |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['comparison']} | {c['fp32']['verdict']} | {c['bf16']['verdict']} | "
+              f"{'yes' if c['same'] else '**no**'} | {_interval(c['fp32'])} | {_interval(c['bf16'])} |" for c in r["family"]]
     lines += ["", "| run | from scratch | val bpb fp32 | val bpb bf16 | bf16 − fp32 | train s fp32 | train s bf16 |",
               "|---|---|---|---|---|---|---|"]
     lines += [f"| {x['run']} | {'yes' if x['from_scratch'] else 'no'} | {x['fp32']:.4f} | {x['bf16']:.4f} | "
