@@ -152,11 +152,12 @@ def test_the_local_executor_writes_the_same_report(repo, tmp_path):
         assert (out / name).read_text() == (sequential / name).read_text(), name
 
 
-def test_committed_cpu_tables_are_rebuilt_from_committed_records(tmp_path):
-    """Every table of the committed cpu report, written again from the records committed beside it (no run directory,
+@pytest.mark.parametrize("preset", ["cpu", "cpu-bf16"])
+def test_committed_cpu_tables_are_rebuilt_from_committed_records(preset, tmp_path):
+    """Every table of a committed CPU report, written again from the records committed beside it (no run directory,
     no training), is the committed table byte for byte; every run of the preset has its records there."""
-    committed = ROOT / "docs" / "results" / "cpu"
-    cpu = get_preset("cpu")
+    committed = ROOT / "docs" / "results" / preset
+    cpu = get_preset(preset)
     assert sorted(p.name for p in (committed / "runs").iterdir()) == sorted(r.name for r in cpu.runs)
     files = write_report(cpu, committed / "runs", tmp_path)
     tables = [f.name for f in files if f.suffix in (".md", ".csv")]
