@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .model import GPT
 from .muon import orthogonalize
-from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synchronize
+from .config import TrainConfig, build_model, compute_dtype, cpu_has_bf16_units, matmul_flops, synchronize
 from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, flex_attention_windowed, sdpa_attention, xsa
 from .trainer import build_optimizer
@@ -506,22 +506,21 @@ def _report_rows(report_dir: Path, name: str) -> list[dict]:
 
 def family_comparisons(report_dir: Path | str) -> dict[str, dict]:
     "A report's paired comparisons under Holm's correction (`12_report`), by label: difference, interval, level, verdict."
-    def comparison(r: dict, diff: str, low: str, high: str, level: str, verdict: str) -> dict:
-        return dict(diff=float(r[diff]), ci_low=float(r[low]), ci_high=float(r[high]), level=float(r[level]),
-                    verdict=r[verdict])
+    from xsa_nb.claims import JUMP, PAIRED, VS_CONTROL  # the ledger's column maps of a row's comparison
+
+    def comparison(r: dict, cols: dict) -> dict:
+        return {k: r[cols[k]] if k == "verdict" else float(r[cols[k]]) for k in ("diff", "ci_low", "ci_high", "level", "verdict")}
     out = {}
     for r in _report_rows(report_dir, "xsa_muon.csv"):  # rows with a level: paired over ≥ 2 seeds, in the family
         if r["source"].startswith("ours") and r["level"]:
-            out[f"d{r['depth']} {r['variant']} − baseline"] = comparison(r, "diff", "ci_low", "ci_high", "level", "verdict")
+            out[f"d{r['depth']} {r['variant']} − baseline"] = comparison(r, PAIRED)
     for r in _report_rows(report_dir, "routing.csv"):
         if r["source"].startswith("ours") and r["level"]:
-            out[f"{r['size']} {r['residual']} − {r['reference']}"] = comparison(r, "diff", "ci_low", "ci_high", "level", "verdict")
+            out[f"{r['size']} {r['residual']} − {r['reference']}"] = comparison(r, PAIRED)
     for r in _report_rows(report_dir, "routing_conversion.csv"):
         if r["verdict"] != "control":  # the control is what the others are measured against
-            out[f"converted to {r['converted_to']}: jump"] = comparison(r, "jump", "jump_low", "jump_high", "jump_level",
-                                                                       "jump_verdict")
-            out[f"converted to {r['converted_to']}: vs control"] = comparison(r, "vs_control", "ci_low", "ci_high",
-                                                                             "level", "verdict")
+            out[f"converted to {r['converted_to']}: jump"] = comparison(r, JUMP)
+            out[f"converted to {r['converted_to']}: vs control"] = comparison(r, VS_CONTROL)
     return out
 
 
@@ -847,7 +846,7 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
                      overhead_pairs: int = 3, full_run_pairs: int = 1, bf16: bool | None = None, log=print) -> dict:
     """The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`.
     `bf16` (default: where the CPU has bf16 units) adds now's bf16 autocast step and a whole run of `cpu-bf16`."""
-    bf16 = bool(cpu_info()["bf16_units"]) if bf16 is None else bf16
+    bf16 = cpu_has_bf16_units() if bf16 is None else bf16  # the trainer's own test (oneDNN's)
     cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
     old = package_at(before, cache)
     this = importlib.import_module("xsa_nb.bench")
