@@ -814,15 +814,18 @@ else:
     for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
         pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
                             progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+evaluations = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "val_bpb" in l]
 times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2,
-         "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"]}
+         "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"],
+         "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
+         else None}  # older code did not time its validation passes
 print(json.dumps(times))
 """
 
 
 def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 8, preset: str = "cpu",
                  run: str = "d2_base_s0") -> dict:
-    "Wall seconds of `run` of `preset` (cut to `steps`; None: whole) through `10_train` and `11_eval` by `checkout`'s code, and its overhead."
+    "Wall seconds of `run` of `preset` (cut to `steps`; None: whole) through `10_train` and `11_eval` by `checkout`'s code, its overhead, and the validation passes' part of it."
     chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
     need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
     run_dir = Path(run_dir)
@@ -917,9 +920,12 @@ def preset_speed_markdown(result: dict) -> str:
             continue
         lines += ["", f"Around {what}; `10_train` then `11_eval` through papermill, in the kernels that code's runner "
                   "uses), the median over the alternating repeats, in seconds:", "",
-                  "| code | runs | kernels | both notebooks | training (train_time) | overhead |", "|---|---|---|---|---|---|"]
+                  "| code | runs | kernels | both notebooks | training (train_time) | overhead | of it, training's "
+                  "validation passes | the rest |", "|---|---|---|---|---|---|---|---|"]
         for label, runs in result[key].items():
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            med = {k: None if None in (got := [r.get(k) for r in runs]) else statistics.median(got) for k in runs[0]}
+            rest = None if med.get("validation_s") is None else med["overhead_s"] - med["validation_s"]
             lines.append(f"| {label} | {len(runs)} | {med['kernels']} | {med['notebooks_s']:.1f} | "
-                         f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} |")
+                         f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} | {_fmt(med.get('validation_s'), '.1f')} | "
+                         f"{_fmt(rest, '.1f')} |")
     return "\n".join(lines) + "\n"

@@ -203,13 +203,15 @@ def optimizer_step(model: GPT, optimizer: MuonAdamW, grad_clip: float) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def evaluate(model: GPT, fn: Callable, autocast) -> float:
-    "`fn()` with `model` in eval mode, without gradients, under the run's autocast."
+def evaluate(model: GPT, fn: Callable, autocast) -> tuple[float, float]:
+    "`fn()` with `model` in eval mode, without gradients, under the run's autocast; and the seconds it took."
     model.eval()
+    start = time.perf_counter()
     with torch.no_grad(), autocast:
-        value = fn()
+        value = fn()  # a Python number: the device has finished when it returns
+    seconds = time.perf_counter() - start
     model.train()
-    return value
+    return value, seconds
 
 
 def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable | None = None) -> dict:
@@ -271,12 +273,13 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         if last or step == taken_over > 0 or (cfg.eval_every > 0 and step % cfg.eval_every == 0):
             val = split_loader(cfg, "val", tokenizer, loaders)  # the same rows at every evaluation
             # through the compiled model, as nanochat evaluates: the same rows, shapes and kernels as training
-            summary["val_bpb"] = evaluate(model, lambda: model_bits_per_byte(step_model, val, tb, steps=val_steps), autocast)
-            record({"step": step, "val_bpb": summary["val_bpb"]})
+            summary["val_bpb"], seconds = evaluate(model, lambda: model_bits_per_byte(step_model, val, tb, steps=val_steps),
+                                                   autocast)
+            record({"step": step, "val_bpb": summary["val_bpb"], "eval_seconds": seconds})
         if cfg.core_every >= 0 and (last or (cfg.core_every > 0 and step > 0 and step % cfg.core_every == 0)):
-            summary["core"] = evaluate(model, lambda: core_score(model, tokenizer, Path(cfg.core_bundle), cfg.core_items,
-                                                                 device=device)["core"], autocast)
-            record({"step": step, "core": summary["core"]})
+            summary["core"], seconds = evaluate(model, lambda: core_score(model, tokenizer, Path(cfg.core_bundle),
+                                                                          cfg.core_items, device=device)["core"], autocast)
+            record({"step": step, "core": summary["core"], "eval_seconds": seconds})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
             save_run(run_dir, rank, requested, model, optimizer, loader, {"step": step, "train_time": train_time,
                      "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
