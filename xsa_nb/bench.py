@@ -814,11 +814,12 @@ else:
     for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
         pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
                             progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-evaluations = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "val_bpb" in l]
+lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
+evaluations = [e for e in lines if "val_bpb" in e]  # the validation passes (not CORE, not training steps)
 times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2,
          "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"],
          "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
-         else None}  # older code did not time its validation passes
+         else None}  # older code did not time its validation passes; no passes at all: 0 s
 print(json.dumps(times))
 """
 
@@ -919,7 +920,8 @@ def preset_speed_markdown(result: dict) -> str:
         if not any(result.get(key, {}).values()):
             continue
         lines += ["", f"Around {what}; `10_train` then `11_eval` through papermill, in the kernels that code's runner "
-                  "uses), the median over the alternating repeats, in seconds:", "",
+                  "uses), the median over the alternating repeats, in seconds (the rest: the median overhead less the median validation "
+                  "passes):", "",
                   "| code | runs | kernels | both notebooks | training (train_time) | overhead | of it, training's "
                   "validation passes | the rest |", "|---|---|---|---|---|---|---|---|"]
         for label, runs in result[key].items():
