@@ -53,11 +53,11 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
-    "CPU model, cores, torch threads and version, load average (and the GPU, if `device` is CUDA)."
+    "CPU model, cores, torch threads and version, load average, the code's commit (and the GPU, if `device` is CUDA)."
     device = torch.device(device)
     info = dict(**cpu_info(), cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
                 python=platform.python_version(), load_avg=[round(x, 2) for x in os.getloadavg()],
-                time=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+                time=time.strftime("%Y-%m-%d %H:%M:%S %Z"), code=code_version())
     if device.type == "cuda":
         info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
     return info
@@ -328,12 +328,14 @@ def _both_measurements(measured: list[dict] | None) -> str:
 
 
 def machine_text(result: dict) -> str:
-    "The machine sentence of a results file: processor (its bf16 units), cores, torch and threads, load, time."
+    "The machine sentence of a results file: processor (its bf16 units), cores, torch and threads, load, time, code."
     m = result["machine"]
     units = (", ".join(m["bf16_units"]) or "none") if "bf16_units" in m else "not recorded"
+    code = m.get("code") or result.get("now") or {"commit": "not recorded", "dirty": None}  # older files: not kept
     return (f"Machine: {m.get('gpu', m['cpu'])}; {m['cores']} CPU cores ({m['cpu']}; bf16 units: {units}), torch "
             f"{m['torch']} with {m['torch_threads']} threads; load average at start {m['load_avg']}, at end "
-            f"{result.get('load_avg_end', '–')}; {m['time']}.")
+            f"{result.get('load_avg_end', '–')}; {m['time']}; code `{code['commit'][:12]}`"
+            f"{' with uncommitted changes' if code['dirty'] else ''}.")
 
 
 def results_markdown(result: dict) -> str:
@@ -904,9 +906,8 @@ def preset_speed_markdown(result: dict) -> str:
     s = result["shape"]
     lines = [f"# {result['title']}", "",
              f"{machine_text(result)} Matmul ceilings: fp32 {result['ceilings_gflops']['fp32']:.0f}, bf16 "
-             f"{result['ceilings_gflops']['bf16']:.0f} GFLOP/s; MFU is against the ceiling of the arm's dtype. Code: "
-             f"`{result['before']}` against `{result['now']['commit'][:7]}`{' with changes' if result['now']['dirty'] else ''}"
-             " (now).", "",
+             f"{result['ceilings_gflops']['bf16']:.0f} GFLOP/s; MFU is against the ceiling of the arm's dtype. "
+             f"Before: the code of `{result['before']}`.", "",
              f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
              f"{s['vocab']}; a step is {result['accum']} micro-batches ({result['accum'] * s['seq_len'] * s['batch']} "
              f"tokens), an evaluation batch is one micro-batch. Every arm ran in one process, alternating; speed-up is "
