@@ -332,9 +332,10 @@ def machine_text(result: dict) -> str:
     m = result["machine"]
     units = (", ".join(m["bf16_units"]) or "none") if "bf16_units" in m else "not recorded"
     code = m.get("code") or result.get("now") or {"commit": "not recorded", "dirty": None}  # older files: not kept
+    commit = code["commit"][:7] if len(code["commit"]) == 40 else code["commit"]  # a short hash, or why there is none
     return (f"Machine: {m.get('gpu', m['cpu'])}; {m['cores']} CPU cores ({m['cpu']}; bf16 units: {units}), torch "
             f"{m['torch']} with {m['torch_threads']} threads; load average at start {m['load_avg']}, at end "
-            f"{result.get('load_avg_end', '–')}; {m['time']}; code `{code['commit'][:12]}`"
+            f"{result.get('load_avg_end', '–')}; {m['time']}; code `{commit}`"
             f"{' with uncommitted changes' if code['dirty'] else ''}.")
 
 
@@ -816,8 +817,8 @@ else:
     for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
         pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
                             progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
-evaluations = [e for e in lines if "val_bpb" in e]  # the validation passes (not CORE, not training steps)
+records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
+evaluations = [e for e in records if "val_bpb" in e]  # the validation passes (not CORE, not training steps)
 times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2,
          "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"],
          "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
