@@ -331,7 +331,7 @@ def machine_text(result: dict) -> str:
     "The machine sentence of a results file: processor (its bf16 units), cores, torch and threads, load, time, code."
     m = result["machine"]
     units = (", ".join(m["bf16_units"]) or "none") if "bf16_units" in m else "not recorded"
-    code = m.get("code") or result.get("now") or {"commit": "not recorded", "dirty": None}  # older files: not kept
+    code = m.get("code") or result.get("now") or {"commit": "not recorded", "dirty": None}  # older files: their 'now', or none
     commit = code["commit"][:7] if len(code["commit"]) == 40 else code["commit"]  # a short hash, or why there is none
     return (f"Machine: {m.get('gpu', m['cpu'])}; {m['cores']} CPU cores ({m['cpu']}; bf16 units: {units}), torch "
             f"{m['torch']} with {m['torch_threads']} threads; load average at start {m['load_avg']}, at end "
@@ -865,7 +865,7 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
     if bf16:
         arms["step, now, eager, bf16"] = trainer_step(this, shape, accum, variant="bf16")
     result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
-                  now=code_version(), shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())
+                  shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())  # machine_info names the code
     warm = {}
     for name, fn in arms.items():  # the first call compiles (the compiled arm) and warms the allocator
         start = time.perf_counter()
