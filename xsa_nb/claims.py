@@ -113,7 +113,8 @@ def sweep_trend(t: dict, sweep: str) -> dict | None:
         finding = f"XSA lower at {ahead} of {len(points)} learning rates"
     else:
         finding = f"gain {'grows' if points[-1]['diff'] < points[0]['diff'] else 'does not grow'} " \
-                  f"from {points[0]['setting']} to {points[-1]['setting']}"
+                  f"from {points[0]['setting']} to {points[-1]['setting']}" \
+                  + (" (each T scored on its own validation rows)" if sweep == "sequence length" else "")
     verdict = f"exploratory ({seeds} seed per point): {finding}" if seeds < 2 else f"{finding} (no interval on a trend)"
     return described(text, verdict, seeds=seeds)
 
@@ -143,13 +144,12 @@ def self_alignment(t: dict) -> dict | None:
 
 
 def self_weight(t: dict) -> dict | None:
-    "XSA − baseline in the diagonal attention mass a_ii, with its 95 % interval (a description, outside the family)."
+    "XSA − baseline in the diagonal attention mass a_ii, at its Holm level in the diagnostics' own family."
     r = diagnostic(t, DIAGONAL)
     if not r:
         return None
-    out = paired(r | {"level": 0.95 if r["ci_low"] is not None else None, "verdict": r["direction"], "mde": None},
-                 f"d{r['depth']} XSA − baseline a_ii", unit="")
-    return out | {"verdict": f"{r['direction']}; a description, outside the family"}
+    out = paired(r | {"verdict": r["direction"]}, f"d{r['depth']} XSA − baseline a_ii", unit="")
+    return out | {"verdict": f"{r['direction']} (family: xsa_diagnostics)"}
 
 
 def routed(t: dict) -> dict[str, dict]:
@@ -385,7 +385,8 @@ CLAIMS_NOTES = (
     "are outside the family",
     "a verdict that names a family is a study's kept beside the preset (07c_diagnostics; docs/results/<study>/): "
     "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
-    "at the level Holm's correction gives it in that study's family, excludes 0",
+    "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
+    "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model)",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; seeds: the paired "

@@ -464,7 +464,7 @@ class GPT(nn.Module):
                                      impl=self.config.kernels)
 
     @torch.inference_mode()
-    def generate(self, tokens: list[int], max_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+    def generate(self, tokens: list[int], max_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  seed: int = 42) -> Iterator[int]:
         "Yield `max_tokens` tokens continuing the prompt `tokens`: one prefill, then one cached forward per new token."
         if not tokens:
@@ -532,7 +532,7 @@ class GPT(nn.Module):
 
 
 # %% ../nbs/04_model.ipynb #d8258b70
-def sample_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                 generator: torch.Generator | None = None) -> Tensor:
     "Next token ids (B, 1) from last-position logits (B, V): argmax at temperature 0, else sampled (optionally top-k)."
     if temperature < 0:

@@ -126,9 +126,13 @@ def context_notes(preset: Preset, runs: dict, seeds: str) -> list[str]:
     if missing:
         notes.append(f"runs not complete (left out): {len(missing)} of {len(preset.runs)}")
     val_sets = sorted({r["eval"]["val_tokens"] for r in runs.values() if "val_tokens" in r["eval"]})
+    lengths = sorted({r["config"]["seq_len"] for r in runs.values()})
     if len(val_sets) == 1:
-        notes.append(f"validation set: the first {val_sets[0]:,} tokens of the validation split, for every val_bpb "
-                     "(the training's own checks included: one eval_tokens per preset, 09_experiments)")
+        notes.append(f"validation set: {val_sets[0]:,} target tokens of the validation split, its first rows of T + 1 "
+                     "tokens in a fixed hashed order, for every val_bpb (the training's own checks included: one "
+                     "eval_tokens per preset, 09_experiments)" + ("" if len(lengths) < 2 else
+                     f"; the rows depend on T, so runs at T = {' and '.join(map(str, lengths))} are scored on "
+                     "different, overlapping tokens: compare bpb within one T"))
     elif val_sets:
         notes.append(f"**validation sets differ** between runs: {', '.join(f'{t:,}' for t in val_sets)} tokens")
     return notes

@@ -27,7 +27,7 @@ from .stats import family_verdicts, paired_difference, mean_interval, ratio_inte
 from .utils import atomic_write_text, markdown_table, repo_root
 
 # %% auto #0
-__all__ = ['XSA_DIAGNOSTICS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
+__all__ = ['XSA_DIAGNOSTICS', 'DIRECTIONS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
            'PIPELINE_CHECK_BANNER', 'published_source', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
            'xsa_diagnostic_rows', 'xsa_sweep_rows', 'routed_points', 'point_label', 'concentration_by_point',
            'routing_point_rows', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios',
@@ -106,23 +106,26 @@ XSA_DIAGNOSTICS = {"cos_before": "cos(y, v) before the projection", "cos_before_
                    "diagonal_mass": "diagonal attention mass a_ii"}
 
 
+DIRECTIONS = {"better": "lower", "worse": "higher", "not resolved": "not resolved"}
+"A diagnostic has no better or worse: `family_verdicts`' verdicts (lower is better) as directions."
+
+
 def xsa_diagnostic_rows(preset: Preset, runs: dict) -> list[dict]:
-    "Baseline vs XSA α=1 per attention diagnostic (mean over layers), paired over the seeds of each depth."
-    s, rows = preset.scale, []
+    """Baseline vs XSA α=1 per attention diagnostic (mean over layers), paired over the seeds of each depth; the
+    diagnostics are one family of their own (Holm), apart from the quality comparisons."""
+    s, comparisons = preset.scale, []
     for depth in s.depths:
         for key, label in XSA_DIAGNOSTICS.items():
             arms = [{k: statistics.fmean(r["eval"]["attention"][key]) for k in s.seeds
                      if (r := runs.get(run_name(depth, v, k))) and key in r["eval"].get("attention", {})}
                     for v in ("base", "xsa")]
-            c = paired_difference(*arms)
-            if c["seeds"]:
-                low, high = c["ci_low"], c["ci_high"]
-                direction = ("exploratory (1 seed)" if low is None else "higher" if low > 0 else
-                             "lower" if high < 0 else "not resolved")
-                rows.append({"depth": depth, "diagnostic": label, "seeds": c["seeds"], "baseline": c["base"],
-                             "xsa": c["variant"], "diff": c["diff"], "ci_low": low, "ci_high": high,
-                             "direction": direction})
-    return rows
+            if (c := paired_difference(*arms))["seeds"]:
+                comparisons.append((depth, label, c))
+    verdicts = family_verdicts([c for _, _, c in comparisons])
+    return [{"depth": depth, "diagnostic": label, "seeds": c["seeds"], "baseline": c["base"], "xsa": c["variant"],
+             "diff": c["diff"], "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high"), "level": v.get("level"),
+             "direction": DIRECTIONS[v["verdict"]] if v else "exploratory (1 seed)", "mde": v.get("mde")}
+            for (depth, label, c), v in zip(comparisons, verdicts)]
 
 # %% ../nbs/12_report.ipynb #b24bdea7
 def xsa_sweep_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
@@ -474,9 +477,10 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     diagnostics = xsa_diagnostic_rows(p, runs)
     files += write_table(diagnostics, out_dir, "xsa_diagnostics", "XSA's attention diagnostics over the seeds",
                          ["each diagnostic: its mean over layers on the evaluation's validation rows (`07c_diagnostics`)",
-                          "diff: XSA α=1 − baseline, paired over seeds, with its 95 % interval; descriptions of the trained "
-                          "models, outside the family of quality comparisons; at initialisation both arms are one model "
-                          "and every difference is 0"])
+                          "diff: XSA α=1 − baseline, paired over seeds; descriptions of the trained models, outside the "
+                          "family of quality comparisons but a family of their own: each interval at its Holm level over "
+                          "this table's rows (level), a direction only when it excludes 0, mde for a row not resolved; at "
+                          "initialisation both arms are one model and every difference is 0"])
     swept = list(dict.fromkeys(r["sweep"] for r in sweep if r["sweep"] != "sink baseline"))
     title = "XSA paper: " + "; ".join((["gain vs " + ", ".join(swept)] if swept else []) + ["sinks"])
     files += write_table(sweep, out_dir, "xsa_sweeps", title,
