@@ -35,11 +35,11 @@ from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, r
 # %% auto #0
 __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'RECORD_FILES',
            'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state',
-           'set_rng_state', 'save_checkpoint', 'check_checkpoint', 'load_checkpoint', 'convert_checkpoint',
-           'load_weights_from', 'continue_checkpoint', 'checkpoint_step', 'loader_positions', 'restore_position',
-           'code_version', 'provenance', 'config_hash', 'config_differences', 'check_same_settings', 'check_same_run',
-           'resolve_run', 'append_metrics', 'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records',
-           'lock_run_dir', 'read_config', 'read_settings', 'load_run']
+           'set_rng_state', 'save_checkpoint', 'restore_checkpoint', 'check_checkpoint', 'read_json', 'load_checkpoint',
+           'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step', 'loader_positions',
+           'restore_position', 'code_version', 'code_history', 'provenance', 'config_hash', 'config_differences',
+           'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics', 'truncate_metrics', 'read_metrics',
+           'fresh_run_dir', 'copy_records', 'lock_run_dir', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -137,6 +137,16 @@ def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     return path
 
 
+def restore_checkpoint(path: Path) -> bool:
+    "Undo a save killed between its two renames: with `path` gone, move `path.old` back. Whether it did."
+    path = Path(path)
+    old = path.with_name(path.name + ".old")
+    if path.exists() or not old.is_dir():
+        return False
+    os.replace(old, path)
+    return True
+
+
 def check_checkpoint(path: Path) -> Path:
     "Refuse a checkpoint directory that is incomplete or in the old pickled format; never unpickle anything."
     path = Path(path)
@@ -152,11 +162,18 @@ def check_checkpoint(path: Path) -> Path:
 
 
 def _read(path: Path, reader):
-    "`reader(path)`, with a corrupt or truncated file reported by name."
+    "`reader(path)`, with a corrupt or truncated file reported by name (a missing one is the OS's error, named too)."
     try:
         return reader(path)
+    except OSError:
+        raise
     except Exception as e:
-        raise ValueError(f"checkpoint file {path} is corrupt or truncated: {e}") from e
+        raise ValueError(f"{path} is corrupt or truncated: {e}") from e
+
+
+def read_json(path: Path):
+    "A run directory's JSON file (config, state, meta, summary); a corrupt or truncated one is reported by name."
+    return _read(path, lambda p: json.loads(Path(p).read_text()))
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
@@ -166,7 +183,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     model.load_state_dict(_read(path / "model.safetensors", lambda p: load_file(str(p), device=device)), strict=True)
     if optimizer is not None:
         optimizer.load_state_dict(_read(path / "optimizer.safetensors", lambda p: read_optimizer(p, device))[0])
-    return _read(path / "state.json", lambda p: json.loads(p.read_text()))
+    return read_json(path / "state.json")
 
 
 def convert_checkpoint(run_dir: Path, trust: bool = False) -> Path:
@@ -226,12 +243,12 @@ def continue_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimi
     params = dict(model.named_parameters())
     for index, tensors in saved["state"].items():
         optimizer.state[params[names[index]]] = tensors
-    return _read(path / "state.json", lambda p: json.loads(p.read_text())) | {"fresh": fresh}
+    return read_json(path / "state.json") | {"fresh": fresh}
 
 
 def checkpoint_step(run_dir: Path) -> int:
     "The step of a run directory's checkpoint (the step a run continuing it counts on from)."
-    return json.loads((check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json").read_text())["step"]
+    return read_json(check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json")["step"]
 
 
 def loader_positions(loader) -> list[dict]:
@@ -262,6 +279,14 @@ def code_version() -> dict:
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no").strip())}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": "unknown", "dirty": None}
+
+
+def code_history(earlier: dict, made_by: dict) -> dict:
+    """The code that has trained a run, carried across resumes: `earlier`'s commits and `made_by`'s, and `dirty` —
+    True if any segment ran with uncommitted changes, else None if that is unknown for one, else False."""
+    flags = (earlier["dirty"], made_by["dirty"])
+    return {"commits": sorted(set(earlier["commits"]) | {made_by["commit"]}),
+            "dirty": True if True in flags else None if None in flags else False}
 
 
 def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) -> dict:
@@ -299,7 +324,7 @@ def check_same_settings(run_dir: Path, cfg: TrainConfig) -> None:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         return
-    saved, now = json.loads(path.read_text()), cfg.to_dict()
+    saved, now = read_json(path), cfg.to_dict()
     if diff := config_differences(saved, cfg):
         said = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} stored, {now.get(k, '<absent>')!r} asked" for k in diff)
         raise _another_configuration(run_dir, f"differs in {diff}: {said}")
@@ -309,8 +334,8 @@ def check_same_run(run_dir: Path, cfg: TrainConfig, digest: str) -> None:
     "Refuse to continue or reuse `run_dir` unless it was made with configuration `cfg` resolved to hash `digest`."
     run_dir = Path(run_dir)
     check_same_settings(run_dir, cfg)
-    recorded = [json.loads(p.read_text()).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
-                                                                         run_dir / "summary.json") if p.is_file()]
+    recorded = [read_json(p).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
+                                                          run_dir / "summary.json") if p.is_file()]
     if any(h != digest for h in recorded):
         raise _another_configuration(run_dir, "same settings, resolved differently here: another device, or code "
                                               "that derives the recipe changed")
@@ -330,16 +355,29 @@ def append_metrics(path: Path, entry: dict) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
+def _metric_entries(path: Path, cut_last: bool = False) -> list[dict]:
+    "The entries of a metrics log; `cut_last`: a last line a kill left half-written is dropped. Bad lines are named."
+    lines = [l for l in Path(path).read_text().splitlines() if l]
+    entries = []
+    for n, line in enumerate(lines, 1):
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if not (cut_last and n == len(lines)):
+                raise ValueError(f"{path} is corrupt: line {n} is not JSON ({e})") from e
+    return entries
+
+
 def truncate_metrics(path: Path, start_step: int) -> None:
-    "Drop metric lines at or after `start_step` (written after the checkpoint a run resumes from)."
+    "Drop metric lines at or after `start_step` (after the checkpoint a run resumes from) and a half-written last line."
     if path.exists():
-        keep = [l for l in path.read_text().splitlines() if l and json.loads(l)["step"] < start_step]
-        atomic_write_text(path, "".join(l + "\n" for l in keep))
+        keep = [e for e in _metric_entries(path, cut_last=True) if e["step"] < start_step]
+        atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in keep))
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
     "The metrics log of a run directory as {'train': [...], 'val': [...]} (val includes CORE entries)."
-    lines = [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l]
+    lines = _metric_entries(Path(run_dir) / "metrics.jsonl")
     return {"train": [m for m in lines if "loss" in m], "val": [m for m in lines if "loss" not in m]}
 
 
@@ -397,7 +435,7 @@ def read_config(run_dir: Path) -> TrainConfig:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: it has no config.json")
-    saved = json.loads(path.read_text())
+    saved = read_json(path)
     unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise ValueError(f"{path} has settings this version of xsa_nb does not know ({unknown}): it was written by "
@@ -408,7 +446,7 @@ def read_config(run_dir: Path) -> TrainConfig:
 def read_settings(run_dir: Path) -> TrainConfig:
     "The settings a run trained with: its configuration with every `auto` resolved as it was on its machine."
     read_config(run_dir)  # refuses a run directory of another version
-    meta = json.loads((check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json").read_text())
+    meta = read_json(check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json")
     return TrainConfig(**meta["settings"])
 
 

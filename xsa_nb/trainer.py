@@ -14,14 +14,16 @@ import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import (append_metrics, check_same_run, checkpoint_step, config_hash, continue_checkpoint,
-                               fresh_run_dir, load_checkpoint, load_weights_from, loader_positions, lock_run_dir,
-                               provenance, read_metrics, restore_position, save_checkpoint, truncate_metrics)
+from .checkpoint import (append_metrics, check_same_run, checkpoint_step, code_history, config_hash,
+                               continue_checkpoint, fresh_run_dir, load_checkpoint, load_weights_from, loader_positions,
+                               lock_run_dir, provenance, read_json, read_metrics, restore_checkpoint, restore_position,
+                               save_checkpoint, truncate_metrics)
 from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
@@ -35,8 +37,8 @@ from .utils import atomic_write_text, check_device, dist_info
 # %% auto #0
 __all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
            'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'start_tracking',
-           'metrics_recorder', 'prepare_data_once', 'save_run', 'optimizer_step', 'evaluate', 'train', 'keep_run',
-           'read_kept']
+           'metrics_recorder', 'hold_run_dir', 'prepare_data_once', 'save_run', 'optimizer_step', 'evaluate', 'train',
+           'keep_run', 'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
@@ -136,24 +138,25 @@ def repeat_warning(step: int, loader, total_batch: int, tokens: int, data: str) 
     return message
 
 
-def start_position(cfg: TrainConfig, model: GPT, optimizer, loader, log=print) -> tuple[int, float, list[str]]:
-    "(step, seconds trained, commits) a run starts from: its own checkpoint, another run's it continues, or step 0."
-    own = Path(cfg.run_dir) / "checkpoint"
+def start_position(cfg: TrainConfig, model: GPT, optimizer, loader, log=print) -> tuple[int, float, dict]:
+    "(step, seconds trained, code so far: commits, dirty) a run starts from: its checkpoint, another run's, or step 0."
+    own, new = Path(cfg.run_dir) / "checkpoint", {"commits": [], "dirty": False}
     if own.exists():  # resuming: weights, optimizer, data position and generators as they were saved
         state = load_checkpoint(own, model, optimizer)
         restore_position(loader, state, own)
         log(f"resuming {cfg.run_dir} at step {state['step']} ({state['train_time']:.0f} s trained so far)")
-        return state["step"], state["train_time"], state["commits"]
+        # checkpoints from before dirtiness was carried did not record it: unknown
+        return state["step"], state["train_time"], {"commits": state["commits"], "dirty": state.get("dirty")}
     if cfg.continue_from:  # another run's final checkpoint, under this run's switches
         state = continue_checkpoint(Path(cfg.continue_from), model, optimizer)
         restore_position(loader, state, Path(cfg.continue_from) / "checkpoint")
         log(f"continuing {cfg.continue_from} from its step {state['step']}; initialised here: "
             f"{state['fresh'] or 'nothing'}")
-        return state["step"], 0.0, []
+        return state["step"], 0.0, new
     if cfg.init_from:  # another run's weights only: a new run starts
         fresh = load_weights_from(model, Path(cfg.init_from))
         log(f"started from {cfg.init_from}; initialised here: {fresh or 'nothing'}")
-    return 0, 0.0, []
+    return 0, 0.0, new
 
 
 def start_tracking(cfg: TrainConfig, recipe: dict):
@@ -176,6 +179,18 @@ def metrics_recorder(run_dir: Path, tracker=None) -> Callable[[dict], None]:
         if tracker is not None:
             tracker.log({k: v for k, v in entry.items() if k != "step"}, step=entry["step"])
     return record
+
+
+def hold_run_dir(run_dir: Path, rank: int, world: int, log=print) -> IO | None:
+    "Rank 0 holds `run_dir` and puts back a checkpoint a killed save left set aside; the other ranks wait for it."
+    lock = None
+    if rank == 0:
+        lock = lock_run_dir(run_dir, "training")
+        if restore_checkpoint(run_dir / "checkpoint"):
+            log(f"{run_dir}: a save was killed between its renames; its previous checkpoint is restored")
+    if world > 1:
+        dist.barrier()
+    return lock
 
 
 def prepare_data_once(cfg: TrainConfig, rank: int, world: int, log=print) -> None:
@@ -232,13 +247,13 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     tokenizer = run_tokenizer(cfg)
     recipe = resolve_recipe(cfg, tokenizer.vocab_size, world)
     digest = config_hash(cfg, recipe)
-    lock = lock_run_dir(run_dir, "training") if rank == 0 else None  # one writer at a time, until train returns
+    lock = hold_run_dir(run_dir, rank, world, log)  # one writer at a time, until train returns
     resuming = (run_dir / "checkpoint").exists()
     if resuming or (run_dir / "summary.json").exists():
         check_same_run(run_dir, requested, digest)
     if (run_dir / "summary.json").exists():
         log(f"{run_dir} is complete (config hash {digest}); nothing to do")
-        return json.loads((run_dir / "summary.json").read_text())
+        return read_json(run_dir / "summary.json")
     total_batch, accum = recipe["total_batch_size"], recipe["grad_accum_steps"]
     taken_over, steps, horizon = schedule_span(cfg, recipe)
     log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} (config hash "
@@ -248,12 +263,13 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     model = build_model(cfg, tokenizer.vocab_size, device)
     optimizer = build_optimizer(cfg, model, dtype, recipe)
     loader = split_loader(cfg, "train", tokenizer, loaders)
-    start, train_time, commits = start_position(cfg, model, optimizer, loader, log)
+    start, train_time, earlier = start_position(cfg, model, optimizer, loader, log)
     saved_step = start if resuming else None
     if rank == 0:
         truncate_metrics(run_dir / "metrics.jsonl", start)
     made_by = provenance(device, dtype, world)
-    commits = sorted(set(commits) | {made_by["commit"]})
+    code = code_history(earlier, made_by)
+    made_by["dirty"] = code["dirty"]  # the run's record says so if any of its steps ran on uncommitted code
     meta = {"config": requested.to_dict(), "settings": cfg.to_dict(), "recipe": recipe, "config_hash": digest,
             "provenance": made_by}
     peak = plan["peak_flops"]  # measured here, in the run's dtype
@@ -282,7 +298,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
             record({"step": step, "core": summary["core"], "eval_seconds": seconds})
         if step > start and (last or (cfg.save_every > 0 and step % cfg.save_every == 0)):
             save_run(run_dir, rank, requested, model, optimizer, loader, {"step": step, "train_time": train_time,
-                     "commits": commits}, meta | {"val_bpb": summary["val_bpb"]})
+                     **code}, meta | {"val_bpb": summary["val_bpb"]})
             saved_step = step
         if last:
             break
@@ -316,7 +332,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         step += 1
     bar.close()
     summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, settings=cfg.to_dict(), recipe=recipe,
-                   config_hash=digest, commits=commits, provenance=made_by, params=model.num_params_by_group(),
+                   config_hash=digest, commits=code["commits"], provenance=made_by, params=model.num_params_by_group(),
                    flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world,
                    val_split_tokens=None if loaders else val_steps * recipe["tokens_per_pass"])  # its own split, or None
     if rank == 0:
@@ -342,4 +358,4 @@ def keep_run(cfg: TrainConfig, dest: Path, measure: Callable[[Path], dict] | Non
 
 def read_kept(dest: Path) -> dict:
     "A kept record as {'train': [...], 'val': [...], 'summary': {...}}."
-    return read_metrics(dest) | {"summary": json.loads((Path(dest) / "summary.json").read_text())}
+    return read_metrics(dest) | {"summary": read_json(Path(dest) / "summary.json")}
