@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from xsa_nb.chat_data import chat_sample_dir
+from xsa_nb.experiments import run_status
+
 XSA_NB = str(Path(sys.executable).parent / "xsa_nb")
 
 pytestmark = pytest.mark.xdist_group("cli")  # one worker: the module fixture is built once
@@ -131,6 +134,27 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
     res = xsa_nb("train", *TRAINED, "-p", "run_dir", again, "-p", "nan_at_step", "1", cwd=cwd)  # fails at step 1
     assert res.returncode == 1 and "train.failed.ipynb" in res.stderr, res.stderr[-3000:]
     assert (again / "train.ipynb").read_bytes() == good and (again / "train.failed.ipynb").is_file()
+
+
+def test_a_run_refused_inside_its_notebook_leaves_nothing_behind(tmp_path):
+    (tmp_path / "empty").mkdir()  # a directory, so it passes validation; no shards, so the training refuses it
+    res = xsa_nb("train", *TINY, "-p", "data_dir", tmp_path / "empty", cwd=tmp_path)
+    assert res.returncode == 1 and "failed.ipynb" not in res.stderr, res.stderr[-3000:]
+    assert list(tmp_path.glob("runs/*")) == []  # no run directory: neither the lock it took nor its failed notebook
+
+
+@pytest.mark.slow
+def test_a_failed_chatcore_leaves_the_run_trained_not_complete(trained):
+    cwd, run, _ = trained
+    again, broken = cwd / "chat_failed", cwd / "chat"
+    shutil.copytree(run, again, ignore=shutil.ignore_patterns("eval*"))
+    shutil.copytree(chat_sample_dir(), broken)
+    (broken / "arc_easy" / "test" / "data.jsonl").write_text("not json\n")  # there, so it is accepted; unreadable
+    for chat_dir, said in [("/nonexistent", "chat_dir '/nonexistent' does not exist"),  # refused before any work
+                           (broken, "not valid JSON")]:  # ChatCORE fails, after every other measurement
+        res = xsa_nb("eval", again, "-p", "eval_tokens", "512", "-p", "chat_dir", chat_dir, cwd=cwd)
+        assert res.returncode == 1 and said in res.stderr, res.stderr[-3000:]
+        assert not (again / "eval.json").exists() and run_status(again) == "trained"  # reproduce evaluates it again
 
 
 @pytest.mark.slow

@@ -20,10 +20,10 @@ from .params import checked_eval_params, checked_train_params, notebook_params, 
 from .runner import project_root, report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
 from .trainer import train
-from .utils import repo_root
+from .utils import need, repo_root
 
 # %% auto #0
-__all__ = ['run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'main']
+__all__ = ['run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'run_preset_command', 'main']
 
 # %% ../nbs/90_cli.ipynb #e63f6c89
 def _add_data_parser(sub) -> None:
@@ -211,6 +211,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_preset_command(args: argparse.Namespace) -> None:
+    "Carry out a parsed `xsa_nb reproduce` / `xsa_nb report`; a mistake raises ValueError naming it, before any work."
+    if args.command == "report":
+        print(f"report written into {report(args.preset, from_records=args.from_records)[0].parent}")
+    elif args.executor:
+        need(not args.dry_run and args.jobs == 1, f"--dry-run and --jobs do not apply with --executor {args.executor}, "
+             f"which submits each run as a job of its own (the plan: xsa_nb reproduce --preset {args.preset} --dry-run)")
+        submit_preset(args.preset, executor=args.executor, nproc=args.nproc, partition=args.partition,
+                      account=args.account, timeout_min=args.time_min, only=args.only)
+    else:
+        need(not (args.partition or args.account or args.time_min),
+             "--partition, --account and --time-min are options of --executor slurm|local, which was not given")
+        reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run, jobs=args.jobs, only=args.only)
+        if args.preset == "cpu" and not (args.dry_run or args.only):  # the README shows the cpu headline table
+            docs.sync_readme()
+
+
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `xsa_nb` console script; returns the process exit code."
     args = build_parser().parse_args(argv)
@@ -238,14 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, PermissionError) as e:
             print(f"xsa_nb checkpoint convert: {e}", file=sys.stderr)
             return 2
-    elif args.command == "report":
-        print(f"report written into {report(args.preset, from_records=args.from_records)[0].parent}")
-    elif args.command == "reproduce":
-        if args.executor:
-            submit_preset(args.preset, executor=args.executor, nproc=args.nproc, partition=args.partition,
-                          account=args.account, timeout_min=args.time_min)
-            return 0
-        reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run, jobs=args.jobs, only=args.only)
-        if args.preset == "cpu" and not (args.dry_run or args.only):  # the README shows the cpu headline table
-            docs.sync_readme()
+    elif args.command in ("report", "reproduce"):
+        try:
+            run_preset_command(args)
+        except ValueError as e:  # a refusal: one line, as the parser's
+            print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
+            return 2
     return 0

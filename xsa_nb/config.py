@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 import warnings
@@ -20,13 +21,13 @@ from .model import GPT, MODEL_SWITCHES, GPTConfig
 from .routing import RESIDUAL_PRESETS
 from .xsa import ATTENTION_BACKENDS
 from .tokenizer import Tokenizer
-from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need
+from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, positive_int
 
 # %% auto #0
-__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'check_dtype',
-           'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
-           'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec', 'model_config',
-           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
+__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'positive_number',
+           'check_dtype', 'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype',
+           'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec',
+           'model_config', 'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -136,17 +137,29 @@ class SFTConfig:
     dtype: str = option(AUTO, "auto (bf16 on CUDA), float32, bfloat16")
 
 
+def positive_number(name: str, value, zero: str = "") -> None:
+    "Raise a ValueError naming `name` unless `value` is a finite number > 0, or 0 where `zero` says what 0 means."
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    need(finite and (value > 0 or (bool(zero) and value == 0)),
+         f"{name} must be a finite number > 0{f', or 0 for {zero}' if zero else ''}, got {value!r}")
+
+
 def check_dtype(name: str, value: str) -> None:
     "A compute dtype option: auto, float32 or bfloat16."
     need(value in (AUTO, "float32", "bfloat16"), f"{name} must be auto, float32 or bfloat16, got {value!r}")
 
 
 def check_schedule(s: TrainConfig | SFTConfig) -> None:
-    "The schedule options a training run and a fine-tuning share: weight decay, warm-up, warm-down, final rate."
+    "The schedule options a training run and a fine-tuning share: decay, warm-up, warm-down, final rate, evaluations, saves."
     need(is_integer(s.warmup_steps) and s.warmup_steps >= 0, f"warmup_steps must be an integer >= 0, got {s.warmup_steps!r}")
-    need(s.weight_decay >= 0, f"weight_decay must be >= 0, got {s.weight_decay!r}")
+    positive_number("weight_decay", s.weight_decay, zero="no decay")
     need(0.0 <= s.warmdown_ratio <= 1.0, f"warmdown_ratio must lie in [0, 1], got {s.warmdown_ratio!r}")
     need(0.0 <= s.final_lr_frac <= 1.0, f"final_lr_frac must lie in [0, 1], got {s.final_lr_frac!r}")
+    for name in ("eval_every", "save_every"):  # the trainer reads 0 as -1: one way to say it
+        value = getattr(s, name)
+        need(is_integer(value) and (value == -1 or value >= 1),
+             f"{name} must be an integer >= 1, or -1 for at the end only, got {value!r}")
+    positive_int("eval_tokens", s.eval_tokens, " (validation tokens)")
 
 
 def validate_sft(sft: SFTConfig) -> SFTConfig:
@@ -159,9 +172,7 @@ def validate_sft(sft: SFTConfig) -> SFTConfig:
         value = getattr(sft, name)
         need(is_integer(value) and (value == -1 or value >= 1),
              f"{name} must be an integer >= 1, or -1 for the default, got {value!r}")
-    for name in ("eval_every", "eval_tokens", "save_every"):
-        need(is_integer(getattr(sft, name)), f"{name} must be an integer, got {getattr(sft, name)!r}")
-    need(sft.init_lr_frac > 0, f"init_lr_frac must be > 0, got {sft.init_lr_frac!r}")
+    positive_number("init_lr_frac", sft.init_lr_frac)
     check_schedule(sft)
     check_device(sft.device, available=False)
     check_dtype("dtype", sft.dtype)
@@ -296,18 +307,22 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         value = getattr(s, name)
         need(is_integer(value) and (value == -1 or value >= 1),
              f"{name} must be an integer >= 1, or -1 for nanochat's rule, got {value!r}")
-    for name in ("eval_every", "eval_tokens", "core_every", "save_every"):
-        need(is_integer(getattr(s, name)), f"{name} must be an integer, got {getattr(s, name)!r}")
+    need(is_integer(s.core_every) and s.core_every >= -1,
+         f"core_every must be an integer >= 1, 0 for at the end only, or -1 for never, got {s.core_every!r}")
     need(isinstance(s.compile, bool), f"compile must be true, false or auto, got {s.compile!r}")
     need(0.0 <= float(s.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {s.xsa_alpha!r}")
     need(s.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {s.residual!r}")
     need(s.attention in ATTENTION_BACKENDS, f"attention must be one of {ATTENTION_BACKENDS}, got {s.attention!r}")
     need(not (s.attention == "flex" and s.device == "cpu"),
          "attention='flex' on the CPU: torch has no FlexAttention backward there, so it cannot train; use sdpa")
-    need(s.target_param_data_ratio > 0, f"target_param_data_ratio must be > 0, got {s.target_param_data_ratio!r}")
-    for name in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
-        need(getattr(s, name) > 0, f"{name} must be > 0, got {getattr(s, name)!r}")
+    for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
+        positive_number(name, getattr(s, name))
+    positive_number("grad_clip", s.grad_clip, zero="off")
+    positive_number("max_cpu_hours", s.max_cpu_hours, zero="no limit")
     check_schedule(s)
+    if s.run_dir:  # written into: neither it nor a folder above it may be a file
+        file = next((p for p in (Path(s.run_dir), *Path(s.run_dir).parents) if p.exists() and not p.is_dir()), None)
+        need(file is None, f"run_dir {s.run_dir!r} cannot be a directory: {str(file)!r} is a file")
     if s.data_dir and not is_cache_path(s.data_dir, "climbmix"):
         need(Path(s.data_dir).is_dir(), f"data_dir {s.data_dir!r} does not exist or is not a directory")
     if s.tokenizer_path and not is_cache_path(s.tokenizer_path, "tokenizer.json"):

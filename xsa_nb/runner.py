@@ -21,13 +21,13 @@ from .checkpoint import check_same_run, resolve_run
 from .config import TrainConfig
 from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
-from .utils import need, positive_int
+from .utils import is_integer, need, positive_int
 
 # %% auto #0
 __all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'project_root', 'run_papermill',
-           'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'run_experiment', 'job_env',
-           'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run',
-           'rehearsal_runs', 'rehearse', 'reproduce', 'report']
+           'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'run_experiment',
+           'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset',
+           'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -55,7 +55,7 @@ def run_papermill(src: Path, out: Path, params: dict, cwd: Path | None = None, e
     except BaseException:
         if running.exists():
             os.replace(running, failed)
-        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name}:
+        if was_empty and {p.name for p in out.parent.iterdir()} <= {failed.name, ".lock"}:  # the lock: no record
             shutil.rmtree(out.parent)
         raise
     os.replace(running, out)
@@ -138,16 +138,21 @@ def torchrun_command(params: dict, nproc: int) -> list[str]:
     return cmd
 
 
+def preset_runs(preset: str, only: list[str] | None = None) -> list[Run]:
+    "The runs of `preset`, or just those named in `only` (in the preset's order); an unknown name is refused."
+    runs = get_preset(preset).runs
+    unknown = sorted(set(only or ()) - {r.name for r in runs})
+    if unknown:
+        raise ValueError(f"no run {', '.join(unknown)} in preset {preset!r}; its runs are {', '.join(r.name for r in runs)}")
+    return [r for r in runs if only is None or r.name in only]
+
+
 def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: list[str] | None = None,
                    log=print) -> list[Path]:
-    "Train and evaluate every run of `preset` under `root/runs/<preset>/` (skipping complete ones); return the dirs."
-    p = get_preset(preset)
+    "Train and evaluate the runs of `preset` (`preset_runs`) under `root/runs/<preset>/`, skipping complete ones; return the dirs."
+    todo = preset_runs(preset, only)
     root = Path(root or project_root())
     runs_dir = root / "runs" / preset
-    unknown = sorted(set(only or ()) - {r.name for r in p.runs})
-    if unknown:
-        raise ValueError(f"no run {', '.join(unknown)} in preset {preset!r}; its runs are {', '.join(r.name for r in p.runs)}")
-    todo = [r for r in p.runs if only is None or r.name in only]
     done = []
     with without_env("IN_TEST"):
         for run in tqdm(todo, desc=f"preset {preset}", unit="run"):
@@ -259,20 +264,23 @@ def job_minutes(preset: str, root: Path, nproc: int) -> dict[str, int]:
 
 
 def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm", nproc: int = 1, partition: str = "",
-                  account: str = "", timeout_min: int = 0, log=print) -> list:
-    """Each run of `preset` not yet complete as a submitit job (`reproduce(..., only=[run])`), each after the run it
-    starts from, then the report as a last job; `executor`: 'slurm', or 'local' (waits for every job). Returns the jobs."""
-    import submitit
+                  account: str = "", timeout_min: int = 0, only: list[str] | None = None, log=print) -> list:
+    """Each run of `preset` (or of `only`) not yet complete as a submitit job (`reproduce(..., only=[run])`), each after
+    the run it starts from, then (without `only`) the report as a last job; `executor`: 'slurm', or 'local' (waits for
+    every job). Returns the jobs."""
+    need(executor in ("slurm", "local"), f"executor must be 'slurm' or 'local', got {executor!r}")
+    positive_int("nproc", nproc, " (GPUs per run)")
+    need(is_integer(timeout_min) and timeout_min >= 0,
+         f"timeout_min must be an integer >= 1 (minutes per job), or 0 for 1.5 x the plan + 30 min, got {timeout_min!r}")
+    todo = preset_runs(preset, only)
+    import submitit  # xsa_nb[slurm]; once everything is checked
 
-    if executor not in ("slurm", "local"):
-        raise ValueError(f"executor must be 'slurm' or 'local', got {executor!r}")
-    p = get_preset(preset)
     root = Path(root or project_root())
     runs_dir = root / "runs" / preset
     ex = submitit.AutoExecutor(folder=runs_dir / "jobs" / "%j", cluster=executor)
     minutes = job_minutes(preset, root, nproc)
     jobs, skipped = {}, []
-    for run in (r for r in p.runs if run_status(runs_dir / r.name) != "complete"):  # a source comes before its runs
+    for run in (r for r in todo if run_status(runs_dir / r.name) != "complete"):  # a source comes before its runs
         source = jobs.get(run.after)
         if run.after in skipped or (source is not None and executor == "local" and source.exception() is not None):
             skipped.append(run.name)  # the local executor has no dependencies: wait for the source, go on if it did
@@ -283,16 +291,15 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
                                                 partition, account, [source.job_id] if source and executor == "slurm" else None))
         jobs[run.name] = ex.submit(reproduce, preset, root, nproc, only=[run.name])
         log(f"{run.name}: job {jobs[run.name].job_id}")
-    if executor == "local":
-        failed = [name for name, job in jobs.items() if job.exception() is not None] + skipped  # waits for each
-    ex.update_parameters(**slurm_parameters(f"{preset}_report", 0, 60, partition, account,
-                                            [j.job_id for j in jobs.values()] if executor == "slurm" else None))
-    jobs["report"] = ex.submit(report, preset, root)
-    log(f"report: job {jobs['report'].job_id}")
-    if executor == "local":
-        failed += ["report"] if jobs["report"].exception() is not None else []
-        if failed:
-            raise RuntimeError(f"runs that did not finish: {', '.join(failed)} (the jobs' logs: {runs_dir / 'jobs'})")
+    failed = [name for name, job in jobs.items() if executor == "local" and job.exception() is not None] + skipped  # waits
+    if not only:  # as `reproduce`: the report after a whole preset, not after some of its runs
+        ex.update_parameters(**slurm_parameters(f"{preset}_report", 0, 60, partition, account,
+                                                [j.job_id for j in jobs.values()] if executor == "slurm" else None))
+        jobs["report"] = ex.submit(report, preset, root)
+        log(f"report: job {jobs['report'].job_id}")
+        failed += ["report"] if executor == "local" and jobs["report"].exception() is not None else []
+    if failed:
+        raise RuntimeError(f"runs that did not finish: {', '.join(failed)} (the jobs' logs: {runs_dir / 'jobs'})")
     return list(jobs.values())
 
 # %% ../nbs/09b_runner.ipynb #32d7349d
@@ -360,6 +367,7 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     writing anything; `only`: just those runs, and no report (returns [])."""
     get_preset(preset)
     positive_int("jobs", jobs, " (runs at once)")
+    positive_int("nproc", nproc, " (GPUs per run)")
     root = Path(root or project_root())
     if dry_run:
         log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
