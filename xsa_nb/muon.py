@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim.adamw import adamw
-from .utils import dist_info
+from .utils import dist_info, is_integer, need
 
 # %% auto #0
 __all__ = ['QUINTIC_COEFFICIENTS', 'MUON_DEFAULTS', 'NS_DTYPES', 'ADAMW_DEFAULTS', 'polar_factor_reference', 'quintic_schedule',
@@ -39,15 +39,14 @@ QUINTIC_COEFFICIENTS: dict[str, list[tuple[float, float, float]]] = {
 
 
 def quintic_schedule(steps: int = 5, coefficients: str = "polar_express") -> list[tuple[float, float, float]]:
-    "The `(a, b, c)` triple of each of `steps` iterations."
+    "The `(a, b, c)` triple of each of `steps` iterations: classic repeats its one triple, Polar Express has one per step."
     if coefficients not in QUINTIC_COEFFICIENTS:
         raise ValueError(f"coefficients={coefficients!r}: expected one of {sorted(QUINTIC_COEFFICIENTS)}")
-    table = QUINTIC_COEFFICIENTS[coefficients]
-    if coefficients == "classic":
-        table = table * steps
-    if not (isinstance(steps, int) and 0 <= steps <= len(table)):
-        raise ValueError(f"steps={steps!r}: {coefficients} coefficients allow 0 to {len(table)} steps")
-    return table[:steps]
+    table, repeats = QUINTIC_COEFFICIENTS[coefficients], coefficients == "classic"
+    allowed = ">= 0" if repeats else f"from 0 to {len(table)}"
+    need(is_integer(steps) and steps >= 0 and (repeats or steps <= len(table)),
+         f"steps={steps!r}: {coefficients} coefficients need an integer number of steps {allowed}")
+    return table * steps if repeats else table[:steps]
 
 
 def spectral_map(x: Tensor, steps: int = 5, coefficients: str = "polar_express") -> Tensor:

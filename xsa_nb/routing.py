@@ -14,12 +14,12 @@ from functools import reduce
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from .utils import check_impl, positive_int
+from .utils import check_impl, need, positive_int
 
 # %% auto #0
 __all__ = ['RMS_EPS', 'RESIDUAL_PRESETS', 'ROUTING_SOURCES', 'ROUTING_COMBINES', 'PRESET_SWITCHES', 'inv_rms', 'route_plain',
-           'route', 'adjacent_cosine', 'weight_bound', 'RoutingState', 'DepthRouter', 'RoutingRecorder',
-           'normalised_concentration']
+           'route', 'adjacent_cosine', 'weight_bound', 'attainable_weight', 'RoutingState', 'DepthRouter',
+           'RoutingRecorder', 'normalised_concentration']
 
 # %% ../nbs/03_routing.ipynb #757057a6
 RMS_EPS: float = torch.finfo(torch.float32).eps  # F.rms_norm's default for fp32
@@ -91,9 +91,18 @@ def route(query: Tensor, sources: list[Tensor], scales: list[Tensor] | None = No
         raise ValueError(f"query must be one vector of shape (d,), got shape {tuple(query.shape)}")
     if not sources:
         raise ValueError("route needs at least one source, got an empty list")
+    shape = sources[0].shape
+    if any(v.shape != shape for v in sources):
+        raise ValueError(f"all sources must have one shape, got shapes {[tuple(v.shape) for v in sources]}")
+    if query.shape != shape[-1:]:
+        raise ValueError(f"query of shape {tuple(query.shape)} does not match the sources' last axis: "
+                         f"sources of shape {tuple(shape)} need a query of shape {tuple(shape[-1:])}")
     scales = [inv_rms(v) for v in sources] if scales is None else scales
     if len(scales) != len(sources):
         raise ValueError(f"one scale per source: got {len(scales)} scales for {len(sources)} sources")
+    if any(s.shape != shape[:-1] for s in scales):
+        raise ValueError(f"scales must have the sources' batch shape {tuple(shape[:-1])}, "
+                         f"got shapes {[tuple(s.shape) for s in scales]}")
     dtype = reduce(torch.promote_types, [query.dtype, *(t.dtype for t in sources + scales)])
     if len(sources) == 1:  # a softmax over one logit is exactly 1
         return sources[0], torch.ones(1, *sources[0].shape[:-1], dtype=dtype, device=query.device)
@@ -109,12 +118,42 @@ def adjacent_cosine(sources: list[Tensor]) -> Tensor:
     return torch.stack([F.cosine_similarity(a.float(), b.float(), dim=-1).mean() for a, b in zip(sources, sources[1:])])
 
 
-def weight_bound(sources: list[Tensor], query_norm: float) -> Tensor:
-    "Per source `j` and token, the largest weight any query with `‖q‖ ≤ query_norm` can give `j`: `(S, *batch)`."
+def _rms_keys(sources: list[Tensor]) -> Tensor:
+    "The RMS-normalised sources in float64, the `S` keys of each token side by side: `(tokens, S, d)`."
     keys = torch.stack([v.double() * inv_rms(v.double())[..., None] for v in sources])
-    keys = keys.flatten(1, -2).transpose(0, 1)  # (tokens, S, d)
+    return keys.reshape(len(sources), -1, keys.shape[-1]).transpose(0, 1)
+
+
+def weight_bound(sources: list[Tensor], query_norm: float) -> Tensor:
+    "Per source `j` and token, an upper bound on the weight a query with `‖q‖ ≤ query_norm` can give `j`: `(S, *batch)`."
+    need(query_norm >= 0, f"query_norm must be >= 0, got {query_norm!r}")
+    keys = _rms_keys(sources)
     bound = 1 / torch.exp(-query_norm * torch.cdist(keys, keys)).sum(-1)  # (tokens, S)
     return bound.T.float().reshape(len(sources), *sources[0].shape[:-1])
+
+
+def attainable_weight(sources: list[Tensor], query_norm: float, tol: float = 1e-10,
+                      max_steps: int = 10_000) -> tuple[Tensor, Tensor]:
+    "Per source `j` and token, the largest weight a query with `‖q‖ ≤ query_norm` gives `j`, and that query (float64)."
+    need(query_norm >= 0, f"query_norm must be >= 0, got {query_norm!r}")
+    keys = _rms_keys(sources)
+    n, d = keys.shape[1:]
+    gram, eye = keys @ keys.mT, torch.eye(n, dtype=keys.dtype, device=keys.device)
+    coef = (eye - 1 / n).expand_as(gram).clone()  # query j of a token = Σ_i coef[j, i] k_i, from k_j - mean key
+    weights = torch.zeros_like(gram[..., 0])
+    for _ in range(max_steps):
+        logits = coef @ gram  # [token, j, i] = q_j · k_i
+        shrink = (query_norm / (logits * coef).sum(-1).clamp_min(1e-300).sqrt()).clamp(max=1)  # onto the ball
+        coef, alpha = coef * shrink[..., None], (logits * shrink[..., None]).softmax(-1)
+        new = alpha.diagonal(dim1=-2, dim2=-1)
+        moved, weights = (new - weights).abs().max(), new
+        if moved <= tol:
+            break
+        coef = coef + (eye - alpha) / d  # a step of 1/d along ∇ log α_j = k_j - Σ_i α_i k_i
+    else:
+        raise RuntimeError(f"attainable_weight did not converge to tol={tol} in max_steps={max_steps} steps")
+    shape = sources[0].shape
+    return weights.T.reshape(n, *shape[:-1]), (coef @ keys).transpose(0, 1).reshape(n, *shape)
 
 # %% ../nbs/03_routing.ipynb #c2350b85
 RESIDUAL_PRESETS: tuple[str, ...] = ("standard", "attnres", "attnres_outputs", "attnres_block", "delta", "delta_block")
