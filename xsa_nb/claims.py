@@ -8,21 +8,24 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import DELTA_BLOCK_DEEP, DELTA_DEEP, ROUTING_D4, SINK_USE, XSA_FIRST, XSA_SINK, Study
+from .records import (DELTA_BLOCK_DEEP, DELTA_DEEP, ROUTING_D4, SINK_USE, XSA_FIRST, XSA_SINK, Study, by_seed,
+                            kept_study, layer_mean)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
-__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'ADJACENT_ORDER',
-           'CONCENTRATION', 'CLAIMS', 'COLUMNS', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair',
-           'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'self_alignment', 'self_weight',
-           'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos',
-           'conversion', 'study_comparison', 'Claim', 'section_link', 'claim_rows', 'write_claims']
+__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL',
+           'ADJACENT_ORDER', 'CONCENTRATION', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'CLAIMS', 'COLUMNS',
+           'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore',
+           'sweep_trend', 'sink_row', 'diagnostic', 'study_levels', 'self_alignment', 'self_weight', 'routed',
+           'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos', 'conversion',
+           'study_comparison', 'Claim', 'section_link', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -136,11 +139,37 @@ def diagnostic(t: dict, label: str) -> dict | None:
     return rows[0] if rows else None
 
 
+SELF_COS_LEVEL = "baseline, cos(y, v) before the projection, untrained → trained"
+"The label of the `xsa_sink` study's row (`study_levels`) that gives the similarity bias its untrained value."
+
+
+def study_levels(results: Path, preset: str) -> list[dict]:
+    """The baseline's pre-projection cos(y, v) (mean over layers) untrained and trained, over the seeds of the `xsa_sink`
+    study kept under `results` beside `preset`; empty where it is not kept."""
+    if XSA_SINK.preset != preset or not (Path(results) / XSA_SINK.name).is_dir():
+        return []
+    runs, value = kept_study(Path(results) / XSA_SINK.name), layer_mean("cos_before")
+    untrained, trained = (by_seed(runs, XSA_SINK.depth, "base", value, state) for state in ("untrained", "trained"))
+    return [{"study": XSA_SINK.name, "comparison": SELF_COS_LEVEL, "seeds": len(trained),
+             "untrained": statistics.fmean(untrained.values()), "trained": statistics.fmean(trained.values()),
+             "seeds_higher": sum(trained[s] > untrained[s] for s in trained)}]
+
+
 def self_alignment(t: dict) -> dict | None:
-    "The baseline's pre-projection cos(y, v), mean over layers and seeds."
+    """The baseline's pre-projection cos(y, v), mean over layers and seeds, beside the same measure of the untrained
+    model (`study_levels`): the description says whether training raised it in every seed."""
     r = diagnostic(t, SELF_COS)
-    return described(f"d{r['depth']} baseline: cos(y, v) {r['baseline']:.3f} (mean over layers, {r['seeds']} seeds)",
-                     "description", seeds=r["seeds"]) if r else None
+    if not r:
+        return None
+    text = f"d{r['depth']} baseline: cos(y, v) {r['baseline']:.3f} (mean over layers, {r['seeds']} seeds)"
+    level = next((s for s in t.get("studies", ()) if s["comparison"] == SELF_COS_LEVEL), None)
+    if not level:
+        return described(f"{text}; untrained not measured", "description (no untrained value)", seeds=r["seeds"])
+    every = level["seeds_higher"] == level["seeds"]
+    return described(f"{text}; {level['study']} study, untrained → trained: {level['untrained']:.3f} → "
+                     f"{level['trained']:.3f}, higher in {level['seeds_higher']} of {level['seeds']} seeds",
+                     f"description: {'above' if every else 'not above'} the untrained model in every seed",
+                     seeds=r["seeds"])
 
 
 def self_weight(t: dict) -> dict | None:
@@ -191,6 +220,11 @@ def routing_order(t: dict) -> dict | None:
 
 CONCENTRATION = "concentration_final_read"
 "The routing table's column (`12_report`): (max − 1/S)/(1 − 1/S) at the read before the head, mean over seeds."
+UNTRAINED_CONCENTRATION = 0.0
+"Every routing point's concentration before training: the queries start at zero, so the weights are uniform."
+UNTRAINED_ADJACENT_COS = {"attnres": 1.0, "delta_block": 0.0, "delta": 0.0}
+"""Adjacent sources' cosine before training: every sublayer's output projection starts at zero, so each cumulative
+state equals the embedding (cosine 1) and each delta or block sum is zero (cosine 0)."""
 
 
 def concentration(t: dict) -> dict | None:
@@ -201,7 +235,8 @@ def concentration(t: dict) -> dict | None:
         return None
     text = ", ".join(f"{k} {r[CONCENTRATION]:.3f}" for k, r in rows.items())
     higher = all(rows[k][CONCENTRATION] > rows["attnres"][CONCENTRATION] for k in deltas)
-    return described(f"{rows['attnres']['size']} final read, mean over seeds: {text}",
+    return described(f"{rows['attnres']['size']} final read, mean over seeds: {text}; untrained "
+                     f"{UNTRAINED_CONCENTRATION:.0f} for every preset (zero queries: uniform weights)",
                      f"description: delta routing {'higher' if higher else 'not higher'}")
 
 
@@ -212,8 +247,11 @@ def adjacent_cos(t: dict) -> dict | None:
     if len(found) < 2:
         return None
     cos = [rows[k]["adjacent_source_cos"] for k in found]
-    return described(f"{rows[found[0]]['size']}, mean over seeds: " + ", ".join(f"{k} {c:.3f}" for k, c in zip(found, cos)),
-                     f"description: {'same order' if cos == sorted(cos, reverse=True) else 'another order'}")
+    untrained = ", ".join(f"{k} {UNTRAINED_ADJACENT_COS[k]:.0f}" for k in found)
+    return described(f"{rows[found[0]]['size']}, mean over seeds: " + ", ".join(f"{k} {c:.3f}" for k, c in zip(found, cos))
+                     + f"; untrained {untrained} (zero output projections)",
+                     f"description: {'same order' if cos == sorted(cos, reverse=True) else 'another order'}; "
+                     "cumulative states first already untrained")
 
 
 def conversion(t: dict, cols: dict, what: str) -> dict | None:

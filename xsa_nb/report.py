@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from .chat_data import CHAT_TASKS
-from .claims import claim_rows, write_claims
+from .claims import claim_rows, study_levels, write_claims
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
@@ -548,7 +548,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                          context_notes(p, runs, "each run's own") + [
                              "train_s: training time in seconds (on a machine shared with other work it measures its "
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
-    studies = study_table(repo_root() / "docs" / "results", p.name)
+    results = repo_root() / "docs" / "results"
+    studies = study_table(results, p.name) + study_levels(results, p.name)
     files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat, studies), out_dir, p.name)
     effects = report_effects(family_members(muon, sweep, routing, conversion, min_seeds=1))  # the family, then 1-seed rows
     files.append(effects_figure(effects, out_dir / "effects.png",
