@@ -385,7 +385,7 @@ CLAIMS = (
           ", ".join(f"{k} {rel} {c}" for k, (rel, c) in PUBLISHED_DELTA["adjacent_cos"].items()),
           adjacent_cos, ("03_routing", "Why routing over cumulative states collapses"), "order only"),
 )
-"Every claim of the three studies (`REFERENCE.md`), in their order."
+"Every claim of the three studies (their sources: `12b_published`), in their order."
 
 
 def section_link(notebook: str, heading: str) -> str:
