@@ -150,11 +150,25 @@ def test_a_failed_chatcore_leaves_the_run_trained_not_complete(trained):
     shutil.copytree(run, again, ignore=shutil.ignore_patterns("eval*"))
     shutil.copytree(chat_sample_dir(), broken)
     (broken / "arc_easy" / "test" / "data.jsonl").write_text("not json\n")  # there, so it is accepted; unreadable
-    for chat_dir, said in [("/nonexistent", "chat_dir '/nonexistent' does not exist"),  # refused before any work
-                           (broken, "not valid JSON")]:  # ChatCORE fails, after every other measurement
+    for chat_dir, code, said in [("/nonexistent", 2, "xsa_nb eval: error: chat_dir '/nonexistent' does not exist"),
+                                 (broken, 1, "not valid JSON")]:  # refused before any work; fails after the rest
         res = xsa_nb("eval", again, "-p", "eval_tokens", "512", "-p", "chat_dir", chat_dir, cwd=cwd)
-        assert res.returncode == 1 and said in res.stderr, res.stderr[-3000:]
+        assert res.returncode == code and said in res.stderr, res.stderr[-3000:]
         assert not (again / "eval.json").exists() and run_status(again) == "trained"  # reproduce evaluates it again
+
+
+def test_a_missing_chat_dir_is_refused_in_one_line_before_any_work(tmp_path):
+    """`xsa_nb eval` checks a chat_dir with the rest of the configuration (validate_eval_config): a missing one is
+    refused in one line naming it, exit 2, and no notebook runs (before, 11_eval refused it inside: exit 1)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")  # a finished run, as far as validation looks
+    res = xsa_nb("eval", run, "-p", "chat_dir", tmp_path / "nochat", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [f"xsa_nb eval: error: chat_dir '{tmp_path / 'nochat'}' does not exist "
+                                               "or is not a directory: give a chat data directory (xsa_nb.chat_data "
+                                               "layout), or '' to skip ChatCORE"]
+    assert sorted(p.name for p in run.iterdir()) == ["summary.json"]  # no eval.ipynb, no lock: nothing ran
 
 
 @pytest.mark.slow

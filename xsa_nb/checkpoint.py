@@ -36,10 +36,11 @@ from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, r
 __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'RECORD_FILES',
            'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state',
            'set_rng_state', 'save_checkpoint', 'restore_checkpoint', 'check_checkpoint', 'read_json', 'load_checkpoint',
-           'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step', 'loader_positions',
-           'restore_position', 'code_version', 'code_history', 'provenance', 'config_hash', 'config_differences',
-           'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics', 'truncate_metrics', 'read_metrics',
-           'fresh_run_dir', 'copy_records', 'lock_run_dir', 'read_config', 'read_settings', 'load_run']
+           'logged_train_time', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step',
+           'loader_positions', 'restore_position', 'code_version', 'code_history', 'provenance', 'config_hash',
+           'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics',
+           'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records', 'lock_run_dir', 'read_config',
+           'read_settings', 'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -186,6 +187,33 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     return read_json(path / "state.json")
 
 
+def _metric_entries(path: Path, cut_last: bool = False) -> list[dict]:
+    "The entries of a metrics log; `cut_last`: a last line a kill left half-written is dropped. Bad lines are named."
+    lines = [l for l in Path(path).read_text().splitlines() if l]
+    entries = []
+    for n, line in enumerate(lines, 1):
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if not (cut_last and n == len(lines)):
+                raise ValueError(f"{path} is corrupt: line {n} is not JSON ({e})") from e
+    return entries
+
+
+def logged_train_time(run_dir: Path, step: int) -> float:
+    """Seconds a run trained before `step`, from its `metrics.jsonl`: each step's batch tokens over its tokens per
+    second, summed (the old trainer's `time` restarted at every resume). Refused unless every step is logged."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: the seconds trained before step {step}, which a "
+                                "resume carries on, cannot be recovered; put the run's metrics.jsonl back first")
+    logged = {e["step"]: e for e in _metric_entries(path, cut_last=True) if "loss" in e and e["step"] < step}
+    if missing := sorted(set(range(step)) - set(logged)):
+        raise FileNotFoundError(f"{path} logs no training step {missing[0]} ({len(missing)} of the {step} steps before "
+                                "the checkpoint missing): the seconds trained, which a resume carries on, cannot be recovered")
+    return sum(e["tokens"] / (e["step"] + 1) / e["tok_per_s"] for e in logged.values())
+
+
 def convert_checkpoint(run_dir: Path, trust: bool = False) -> Path:
     "Rewrite a run directory's pickled checkpoint in the pickle-free format; reads the pickles only with `trust`."
     path = Path(run_dir) / "checkpoint"
@@ -202,7 +230,9 @@ def convert_checkpoint(run_dir: Path, trust: bool = False) -> Path:
     rng = old["rng"]
     kind, keys, pos, has_gauss, cached = rng["numpy"]
     version, internal, gauss_next = rng["python"]
-    state = {"step": old["step"], "loader": old["loader"], "train_time": None,
+    # what a resume carries on that the old format lacked: seconds trained, from the log; the code, unknown (as outside git)
+    state = {"step": old["step"], "loader": old["loader"], "train_time": logged_train_time(run_dir, old["step"]),
+             "commits": ["unknown"], "dirty": None,
              "rng": {"torch": rng["torch"].tolist(), "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
                      "python": [version, list(internal), gauss_next]}}
     if "cuda" in rng:
@@ -353,19 +383,6 @@ def append_metrics(path: Path, entry: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(entry) + "\n")
-
-
-def _metric_entries(path: Path, cut_last: bool = False) -> list[dict]:
-    "The entries of a metrics log; `cut_last`: a last line a kill left half-written is dropped. Bad lines are named."
-    lines = [l for l in Path(path).read_text().splitlines() if l]
-    entries = []
-    for n, line in enumerate(lines, 1):
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if not (cut_last and n == len(lines)):
-                raise ValueError(f"{path} is corrupt: line {n} is not JSON ({e})") from e
-    return entries
 
 
 def truncate_metrics(path: Path, start_step: int) -> None:

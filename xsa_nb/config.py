@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 import warnings
@@ -21,13 +20,13 @@ from .model import GPT, MODEL_SWITCHES, GPTConfig
 from .routing import RESIDUAL_PRESETS
 from .xsa import ATTENTION_BACKENDS
 from .tokenizer import Tokenizer
-from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, positive_int
+from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, positive_int, positive_number
 
 # %% auto #0
-__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'positive_number',
-           'check_dtype', 'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype',
-           'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec',
-           'model_config', 'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
+__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'check_dtype',
+           'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
+           'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec', 'model_config',
+           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -135,13 +134,6 @@ class SFTConfig:
     save_every: int = option(200, "checkpoint every N steps and at the end")
     device: str = option(AUTO, "auto, cpu, cuda")
     dtype: str = option(AUTO, "auto (bf16 on CUDA), float32, bfloat16")
-
-
-def positive_number(name: str, value, zero: str = "") -> None:
-    "Raise a ValueError naming `name` unless `value` is a finite number > 0, or 0 where `zero` says what 0 means."
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    need(finite and (value > 0 or (bool(zero) and value == 0)),
-         f"{name} must be a finite number > 0{f', or 0 for {zero}' if zero else ''}, got {value!r}")
 
 
 def check_dtype(name: str, value: str) -> None:

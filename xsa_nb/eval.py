@@ -183,6 +183,16 @@ def validate_eval_config(cfg: EvalConfig) -> EvalConfig:
     for name in ("eval_tokens", "diag_rows"):
         need(getattr(cfg, name) >= 1, f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
     check_device(cfg.device)
+    if cfg.chat_dir:  # ChatCORE runs last, after every other measurement: its data is checked first
+        from xsa_nb import chat_data  # here: 07b_chat_data comes later, and only a chat evaluation needs it
+        chat_dir = Path(cfg.chat_dir).expanduser()
+        need(chat_dir.is_dir(), f"chat_dir {cfg.chat_dir!r} does not exist or is not a directory: give a chat data "
+             "directory (xsa_nb.chat_data layout), or '' to skip ChatCORE")
+        for key, _, _ in chat_data.CHAT_TASKS.values():
+            try:
+                chat_data.split_files(chat_dir, key)
+            except FileNotFoundError as e:
+                raise ValueError(f"chat_dir {cfg.chat_dir!r} lacks a ChatCORE split: {e}") from None
     return cfg
 
 # %% ../nbs/07_eval.ipynb #9fbfd70c

@@ -23,8 +23,8 @@ import xsa_nb
 
 # %% auto #0
 __all__ = ['BF16_CPU_FLAGS', 'KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need',
-           'is_integer', 'positive_int', 'check_device', 'cpu_info', 'check_impl', 'paired_ms', 'median_ratio',
-           'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
+           'is_integer', 'positive_int', 'positive_number', 'check_device', 'cpu_info', 'check_impl', 'paired_ms',
+           'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -75,6 +75,13 @@ def is_integer(value) -> bool:
 def positive_int(name: str, value, meaning: str = "") -> None:
     "Raise a ValueError naming `name` unless `value` is an integer >= 1 (`meaning` says what it counts)."
     need(is_integer(value) and value >= 1, f"{name} must be an integer >= 1{meaning}, got {value!r}")
+
+
+def positive_number(name: str, value, zero: str = "") -> None:
+    "Raise a ValueError naming `name` unless `value` is a finite number > 0, or 0 where `zero` says what 0 means."
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    need(finite and (value > 0 or (bool(zero) and value == 0)),
+         f"{name} must be a finite number > 0{f', or 0 for {zero}' if zero else ''}, got {value!r}")
 
 # %% ../nbs/00a_utils.ipynb #bac5c8f3
 def check_device(device: str, available: bool = True) -> None:
