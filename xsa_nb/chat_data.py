@@ -225,14 +225,24 @@ class Conversations(Sequence):
         name = key.split("/")[0]
         if name not in CONVERSATION_FROM_ROW:
             raise ValueError(f"unknown chat data set {name!r} in {key!r}; allowed: {list(CONVERSATION_FROM_ROW)}")
+        if stop is not None:
+            positive_int("stop", stop, " (conversations kept), or None for all")
         self.key, self.table, self.to_conversation = key, read_split(chat_dir, key), CONVERSATION_FROM_ROW[name]
+        self.folder = Path(chat_dir) / key
         self.order = np.random.default_rng(seed).permutation(self.table.num_rows)[:stop]
+        if len(self.order):
+            self[0]  # a split of another data set's columns fails here, before any work
 
     def __len__(self) -> int:
         return len(self.order)
 
     def __getitem__(self, i: int) -> dict:
-        return self.to_conversation(self.table.slice(int(self.order[i]), 1).to_pylist()[0])
+        row = int(self.order[i])
+        try:
+            return self.to_conversation(self.table.slice(row, 1).to_pylist()[0])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ValueError(f"row {row} of {self.key} in {self.folder} is not a {self.key.split('/')[0]} row "
+                             f"({type(e).__name__}: {e}); its columns: {self.table.column_names}") from e
 
 
 class Mixture(Sequence):

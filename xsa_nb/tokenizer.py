@@ -14,7 +14,7 @@ import rustbpe
 import tiktoken
 import torch
 
-from .utils import atomic_write_text
+from .utils import atomic_write_text, positive_int
 
 # %% auto #0
 __all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'BOS', 'Tokenizer', 'train_tokenizer', 'token_bytes']
@@ -38,12 +38,16 @@ class Tokenizer:
         ranks = [bytes(r) for r in ranks]
         if len(ranks) < 256 or sorted(ranks[:256]) != [bytes([b]) for b in range(256)]:
             raise ValueError(f"ranks must start with the 256 single bytes, got {len(ranks)} ranks")
+        ids = {}
+        for i, r in enumerate(ranks):  # a repeated token would leave its first id undecodable
+            if ids.setdefault(r, i) != i:
+                raise ValueError(f"ranks must be distinct, got {r!r} at ids {ids[r]} and {i}")
         self.ranks, self.pattern, self.special_tokens = ranks, pattern, tuple(special_tokens)
-        if BOS not in self.special_tokens:
-            raise ValueError(f"special_tokens must contain {BOS!r}, got {self.special_tokens}")
+        if BOS not in self.special_tokens or len(set(self.special_tokens)) < len(self.special_tokens):
+            raise ValueError(f"special_tokens must be distinct and contain {BOS!r}, got {self.special_tokens}")
         specials = {name: len(ranks) + i for i, name in enumerate(self.special_tokens)}
         self.enc = tiktoken.Encoding(name="xsa_nb", pat_str=pattern,
-                                     mergeable_ranks={r: i for i, r in enumerate(ranks)}, special_tokens=specials)
+                                     mergeable_ranks=ids, special_tokens=specials)
         self.special_ids = frozenset(specials.values())
         self.bos_token_id = specials[BOS]
 
@@ -118,6 +122,8 @@ def _capped(texts: Iterable[str], doc_cap: int, max_chars: int) -> Iterator[str]
 def train_tokenizer(texts: Iterable[str], vocab_size: int, doc_cap: int = 10_000,
                     max_chars: int = 2_000_000_000) -> Tokenizer:
     "Train a byte-level BPE of `vocab_size` ids (specials included) on `texts` with rustbpe."
+    positive_int("doc_cap", doc_cap, " (characters kept per document)")
+    positive_int("max_chars", max_chars, " (characters trained on at most)")
     n_special = len(SPECIAL_TOKENS)
     if not isinstance(vocab_size, int) or vocab_size < 256 + n_special:
         raise ValueError(f"vocab_size must be an int >= {256 + n_special} (256 bytes + {n_special} specials), "
