@@ -405,7 +405,7 @@ def delta_bounds(rows: list[dict]) -> list[dict]:
     return out
 
 
-NANOCHAT_D4_TOK_S = {"eager": 850.0, "compiled": 1200.0}  # nanochat's own code on this machine (REFERENCE.md)
+NANOCHAT_D4_TOK_S = {"eager": 850.0, "compiled": 1200.0}  # nanochat's own code, d4, on a 2-core machine (the benchmark issue's reference)
 
 
 def target_checks(result: dict) -> list[dict]:
