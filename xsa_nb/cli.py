@@ -6,14 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
 
 from . import bench, data, docs
-from .checkpoint import convert_checkpoint
+from .checkpoint import convert_checkpoint, read_json
 from .core_eval import build_eval_bundle
 from .experiments import PRESETS
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
@@ -122,9 +121,9 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
         print(f"xsa_nb {args.command}: {e.ename} in cell {e.exec_count}: {e.evalue}{kept}", file=sys.stderr)
         return 1
     if args.command == "eval":
-        print(f"results of {run_dir} (eval.json):\n" + eval_results(json.loads((run_dir / "eval.json").read_text())))
+        print(f"results of {run_dir} (eval.json):\n" + eval_results(read_json(run_dir / "eval.json")))
     else:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = read_json(run_dir / "summary.json")
         print(f"trained {run_dir}: {summary['steps']} steps, val bpb {summary['val_bpb']:.4f}; "
               f"evaluate it with: xsa_nb eval {run_dir}")
     return 0

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import copy_records, read_metrics
+from .checkpoint import copy_records, read_json, read_metrics
 from .core_eval import CORE_TASKS
 from .experiments import Preset, run_name, run_status
 from .stats import family_verdicts, paired_difference
@@ -36,9 +35,8 @@ def read_run(run_dir: Path) -> dict | None:
     metrics = read_metrics(run_dir)
     train = metrics["train"]
     speeds = sorted(m["tok_per_s"] for m in train[2:] or train)
-    return {"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
-            "summary": json.loads((run_dir / "summary.json").read_text()),
-            "eval": json.loads((run_dir / "eval.json").read_text()), "train": train,
+    return {"name": run_dir.name, "config": read_json(run_dir / "config.json"),
+            "summary": read_json(run_dir / "summary.json"), "eval": read_json(run_dir / "eval.json"), "train": train,
             "val": [m for m in metrics["val"] if "val_bpb" in m],
             "tok_per_s": speeds[-1], "final_loss": statistics.fmean(m["loss"] for m in train[-10:])}
 
@@ -178,7 +176,7 @@ def kept_study(out: Path, names: list[str] | None = None) -> dict[str, dict]:
     {name: {'train', 'val', 'summary', 'measured'}}."""
     out = Path(out)
     names = sorted(p.parent.name for p in out.glob("*/measured.json")) if names is None else names
-    return {n: read_kept(out / n) | {"measured": json.loads((out / n / "measured.json").read_text())} for n in names}
+    return {n: read_kept(out / n) | {"measured": read_json(out / n / "measured.json")} for n in names}
 
 
 def layer_mean(key: str) -> Callable[[dict], float]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .checkpoint import check_same_run, resolve_run
+from .checkpoint import check_same_run, read_json, resolve_run
 from .config import TrainConfig
 from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
@@ -160,7 +160,7 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
             status, params = run_status(run_dir), train_params(run, runs_dir)
             notebook = "14_sft" if run.kind == "sft" else "10_train"
             if status != "todo" and run.kind == "sft":  # a fine-tuned run must come from this base run
-                saved = json.loads((run_dir / "config.json").read_text())["init_from"]
+                saved = read_json(run_dir / "config.json")["init_from"]
                 if Path(saved) != Path(params["init_from"]):
                     raise ValueError(f"{run_dir} was fine-tuned from {saved}, not {params['init_from']}: remove it")
             if status != "todo" and run.kind == "train":  # reuse only what this configuration and recipe made
