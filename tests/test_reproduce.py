@@ -152,6 +152,42 @@ def test_the_local_executor_writes_the_same_report(repo, tmp_path):
         assert (out / name).read_text() == (sequential / name).read_text(), name
 
 
+def fail_run(root: Path, run: str) -> None:
+    "Make `root`'s 10_train raise right after its parameters when it trains `run` (the other runs train as ever)."
+    path = root / "nbs" / "10_train.ipynb"
+    nb = json.loads(path.read_text())
+    at = next(i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", []))
+    nb["cells"].insert(at + 1, {"cell_type": "code", "execution_count": None, "id": "failrun0", "metadata": {}, "outputs": [],
+                                "source": [f"if str(run_dir).endswith({run!r}): raise RuntimeError('this run fails')"]})
+    path.write_text(json.dumps(nb))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["sequential", "local"])
+def test_a_failed_run_is_one_line_naming_it(executor, tmp_path):
+    """A run that fails is named in one line on stderr (exit status 1, no traceback there), with its job's log under
+    `--executor local`; the run that starts from it is skipped and named, and a run beside it is still complete."""
+    root = fresh_root(tmp_path / "failing")
+    fail_run(root, "d1_base_s0")
+    options = ("--executor", "local") if executor == "local" else ()
+    res = reproduce(root, "smoke", *options, "--only", "d1_base_s0", "d1_conv_standard_s0", "d1_xsa_s0")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    line = res.stderr.splitlines()[-1]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    if executor == "local":
+        assert len(res.stderr.splitlines()) == 1, res.stderr
+        log = Path(line.split("(its log: ")[1].split(")")[0])
+        assert log.parent.parent == root / "runs" / "smoke" / "jobs" and "this run fails" in log.read_text()
+        failed = f"its log: {log}"
+    else:  # the cell's error; the traceback was logged on stdout where it happened
+        failed = line.split("d1_base_s0 failed (")[1].split(")")[0]
+        assert failed.startswith("RuntimeError in cell ") and failed.endswith(": this run fails"), line
+        assert "RuntimeError: this run fails" in res.stdout, res.stdout[-3000:]
+    assert line == (f"xsa_nb reproduce: 2 of 3 runs of smoke did not finish: d1_base_s0 failed ({failed}); "
+                    "d1_conv_standard_s0 skipped (d1_base_s0 did not finish)"), line
+    assert run_status(root / "runs" / "smoke" / "d1_xsa_s0") == "complete"
+
+
 @pytest.mark.parametrize("preset", ["cpu", "cpu-bf16"])
 def test_committed_cpu_tables_are_rebuilt_from_committed_records(preset, tmp_path):
     """Every table of a committed CPU report, written again from the records committed beside it (no run directory,

@@ -35,7 +35,7 @@ from .config import TrainConfig, build_model, compute_dtype, cpu_has_bf16_units,
 from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, flex_attention_windowed, sdpa_attention, xsa
 from .trainer import build_optimizer
-from .checkpoint import code_version
+from .checkpoint import code_version, read_json, read_metrics
 from .eval import model_bits_per_byte
 from .experiments import get_preset, run_name
 from .runner import train_params
@@ -49,7 +49,8 @@ __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT
            'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'family_comparisons',
            'dtype_records', 'dtype_records_markdown', 'write_dtype_records', 'run_gpu_bench', 'kernel_names',
            'attention_check', 'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step', 'checkout_at',
-           'package_at', 'trainer_step', 'evaluation_pass', 'run_overhead', 'run_preset_speed', 'preset_speed_markdown']
+           'package_at', 'trainer_step', 'evaluation_pass', 'overhead_records', 'run_overhead', 'run_preset_speed',
+           'preset_speed_markdown']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -817,14 +818,17 @@ else:
     for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
         pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
                             progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
-evaluations = [e for e in records if "val_bpb" in e]  # the validation passes (not CORE, not training steps)
-times = {"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2,
-         "train_time_s": json.loads((run_dir / "summary.json").read_text())["train_time"],
-         "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
-         else None}  # older code did not time its validation passes; no passes at all: 0 s
-print(json.dumps(times))
-"""
+print(json.dumps({"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2}))
+"""  # the run's records are read by `overhead_records`, in this process: the older code has no `read_json`
+
+
+def overhead_records(run_dir: Path) -> dict:
+    """What a timed run's records say: the seconds it trained (`summary.json`) and its validation passes took
+    (`metrics.jsonl`; None where the older code did not time them, 0 s for no passes). A corrupt file is named."""
+    evaluations = [e for e in read_metrics(run_dir)["val"] if "val_bpb" in e]  # the validation passes (not CORE)
+    return {"train_time_s": read_json(Path(run_dir) / "summary.json")["train_time"],
+            "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
+            else None}
 
 
 def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 8, preset: str = "cpu",
@@ -832,7 +836,7 @@ def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 
     "Wall seconds of `run` of `preset` (cut to `steps`; None: whole) through `10_train` and `11_eval` by `checkout`'s code, its overhead, and the validation passes' part of it."
     chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
     need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # the same directory here and in the script, which runs in `checkout`
     shutil.rmtree(run_dir, ignore_errors=True)
     train = dict(train_params(chosen, run_dir.parent), run_dir=str(run_dir)) | ({} if steps is None else {"steps": steps})
     evaluation = dict(chosen.eval)
@@ -841,7 +845,7 @@ def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 
                          cwd=checkout, env=env, capture_output=True, text=True)
     if got.returncode:
         raise RuntimeError(f"run {run} in {checkout} failed:\n{got.stderr[-3000:]}")
-    times = json.loads(got.stdout.strip().splitlines()[-1])
+    times = json.loads(got.stdout.strip().splitlines()[-1]) | overhead_records(run_dir)
     return times | {"overhead_s": times["notebooks_s"] - times["train_time_s"]}
 
 # %% ../nbs/13_bench.ipynb #3540b96f

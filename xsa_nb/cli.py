@@ -16,7 +16,7 @@ from .checkpoint import convert_checkpoint, read_json
 from .core_eval import build_eval_bundle
 from .experiments import PRESETS
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
-from .runner import project_root, report, reproduce, run_papermill, submit_preset
+from .runner import RunsFailed, failure_line, project_root, report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
 from .trainer import train
 from .utils import need, repo_root
@@ -116,9 +116,7 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
     try:
         run_papermill(root / "nbs" / name, out, params, cwd=Path.cwd())
     except PapermillExecutionError as e:
-        failed = out.with_name(out.stem + ".failed.ipynb")
-        kept = f"; the executed notebook is {failed}" if failed.exists() else ""
-        print(f"xsa_nb {args.command}: {e.ename} in cell {e.exec_count}: {e.evalue}{kept}", file=sys.stderr)
+        print(f"xsa_nb {args.command}: {failure_line(e, out.parent)}", file=sys.stderr)
         return 1
     if args.command == "eval":
         print(f"results of {run_dir} (eval.json):\n" + eval_results(read_json(run_dir / "eval.json")))
@@ -260,4 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:  # a refusal: one line, as the parser's
             print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
             return 2
+        except RunsFailed as e:  # runs that failed (--jobs, --executor local): one line naming each, as a failed train
+            print(f"xsa_nb {args.command}: {e}", file=sys.stderr)
+            return 1
     return 0

@@ -25,9 +25,10 @@ from .utils import is_integer, need, positive_int
 
 # %% auto #0
 __all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'project_root', 'run_papermill',
-           'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'run_experiment',
-           'job_env', 'run_in_order', 'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset',
-           'rehearsal_run', 'rehearsal_runs', 'rehearse', 'reproduce', 'report']
+           'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'RunsFailed',
+           'check_finished', 'failure_line', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently',
+           'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse',
+           'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -147,16 +148,47 @@ def preset_runs(preset: str, only: list[str] | None = None) -> list[Run]:
     return [r for r in runs if only is None or r.name in only]
 
 
+class RunsFailed(RuntimeError):
+    "Runs of a preset that did not finish, each named with what became of it; the runs that finished are kept."
+
+
+def check_finished(preset: str, outcome: dict[str, str], where: str = "") -> None:
+    """Raise `RunsFailed` naming every run of `preset` whose `outcome` (as `run_in_order` gives it) is not 'done' and
+    what became of it, then `where` (where their output is); nothing when every run finished."""
+    bad = {name: said for name, said in outcome.items() if said != "done"}
+    if bad:
+        raise RunsFailed(f"{len(bad)} of {len(outcome)} runs of {preset} did not finish: "
+                         + "; ".join(f"{n} {s}" for n, s in bad.items()) + (f" ({where})" if where else ""))
+
+
+def failure_line(e: Exception, run_dir: Path) -> str:
+    """A failed notebook (papermill's error: the cell's exception) or process (torchrun's exit status) in one line, with
+    the executed notebooks `run_papermill` kept in `run_dir` (none when the directory was new)."""
+    from papermill.exceptions import PapermillExecutionError
+
+    said = f"{e.ename} in cell {e.exec_count}: {e.evalue}" if isinstance(e, PapermillExecutionError) else str(e)
+    kept = sorted(str(p) for p in Path(run_dir).glob("*.failed.ipynb"))
+    return said + (f"; the executed notebook: {', '.join(kept)}" if kept else "")
+
+
 def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: list[str] | None = None,
                    log=print) -> list[Path]:
-    "Train and evaluate the runs of `preset` (`preset_runs`) under `root/runs/<preset>/`, skipping complete ones; return the dirs."
+    """Train and evaluate the runs of `preset` (`preset_runs`) under `root/runs/<preset>/`, skipping complete ones; return
+    the dirs. A run that fails is logged with its traceback and the runs after it are skipped; the others go on, and
+    `RunsFailed` then names each run that did not finish."""
+    from papermill.exceptions import PapermillExecutionError
+
     todo = preset_runs(preset, only)
     root = Path(root or project_root())
     runs_dir = root / "runs" / preset
-    done = []
+    done, outcome = [], {}
     with without_env("IN_TEST"):
         for run in tqdm(todo, desc=f"preset {preset}", unit="run"):
             run_dir = runs_dir / run.name
+            if outcome.get(run.after, "done") != "done":
+                outcome[run.name] = f"skipped ({run.after} did not finish)"
+                log(f"{run.name}: {outcome[run.name]}")
+                continue
             status, params = run_status(run_dir), train_params(run, runs_dir)
             notebook = "14_sft" if run.kind == "sft" else "10_train"
             if status != "todo" and run.kind == "sft":  # a fine-tuned run must come from this base run
@@ -168,18 +200,26 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
                 check_same_run(run_dir, cfg, resolve_run(cfg, world_size=nproc)[2])
             if status == "complete":
                 done.append(run_dir)
+                outcome[run.name] = "done"
                 continue
             run_dir.mkdir(parents=True, exist_ok=True)  # papermill writes the executed notebook into it
             eval_params = {k: str(Path(v).expanduser()) if k == "core_bundle" and v else v for k, v in run.eval.items()}
-            if status == "todo" and not (nproc > 1 and run.kind == "train"):
-                train_and_evaluate(notebook, params, eval_params, run_dir, root)
-            else:
-                if status == "todo":
-                    subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
-                run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb", dict(eval_params, run_dir=str(run_dir)),
-                              cwd=root)
+            try:
+                if status == "todo" and not (nproc > 1 and run.kind == "train"):
+                    train_and_evaluate(notebook, params, eval_params, run_dir, root)
+                else:
+                    if status == "todo":
+                        subprocess.run(torchrun_command(params, nproc), check=True, cwd=root)
+                    run_papermill(root / "nbs" / "11_eval.ipynb", run_dir / "eval.ipynb",
+                                  dict(eval_params, run_dir=str(run_dir)), cwd=root)
+            except (PapermillExecutionError, subprocess.CalledProcessError) as e:
+                outcome[run.name] = f"failed ({failure_line(e, run_dir)})"
+                log(f"{run.name}: failed: {str(e).strip()}")  # papermill's message is the cell's traceback
+                continue
+            outcome[run.name] = "done"
             log(f"{run.name}: done")
             done.append(run_dir)
+    check_finished(preset, outcome)
     return done
 
 # %% ../nbs/09b_runner.ipynb #e2eef119
@@ -222,7 +262,7 @@ def run_in_order(runs: list[Run], jobs: int, start: Callable[[Run, int], subproc
 
 def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc: int = 1, log=print) -> list[Path]:
     """Every run of `preset` not yet complete as its own process (`xsa_nb reproduce --only RUN`, output in its
-    run.log), `jobs` at a time and in dependency order; raise naming the runs that did not finish."""
+    run.log), `jobs` at a time and in dependency order; raise `RunsFailed` naming the runs that did not finish."""
     p = get_preset(preset)
     root = Path(root or project_root())
     runs_dir = root / "runs" / preset
@@ -236,11 +276,7 @@ def run_concurrently(preset: str, root: Path | None = None, jobs: int = 2, nproc
         with open(runs_dir / run.name / "run.log", "w") as out:
             return subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
 
-    outcome = run_in_order(todo, jobs, start, log)
-    bad = {name: said for name, said in outcome.items() if said != "done"}
-    if bad:
-        raise RuntimeError(f"{len(bad)} of {len(todo)} runs of {preset} did not finish: "
-                           + "; ".join(f"{n} {s}" for n, s in bad.items()) + f" (their output: {runs_dir}/<run>/run.log)")
+    check_finished(preset, run_in_order(todo, jobs, start, log), f"their output: {runs_dir}/<run>/run.log")
     return [runs_dir / r.name for r in p.runs]
 
 # %% ../nbs/09b_runner.ipynb #06eefad4
@@ -267,7 +303,8 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
                   account: str = "", timeout_min: int = 0, only: list[str] | None = None, log=print) -> list:
     """Each run of `preset` (or of `only`) not yet complete as a submitit job (`reproduce(..., only=[run])`), each after
     the run it starts from, then (without `only`) the report as a last job; `executor`: 'slurm', or 'local' (waits for
-    every job). Returns the jobs."""
+    every job; a run that failed, or whose source did, is named in `RunsFailed`, with its log, once the others have
+    ended, and the report is then not submitted). Returns the jobs."""
     need(executor in ("slurm", "local"), f"executor must be 'slurm' or 'local', got {executor!r}")
     positive_int("nproc", nproc, " (GPUs per run)")
     need(is_integer(timeout_min) and timeout_min >= 0,
@@ -279,27 +316,41 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
     runs_dir = root / "runs" / preset
     ex = submitit.AutoExecutor(folder=runs_dir / "jobs" / "%j", cluster=executor)
     minutes = job_minutes(preset, root, nproc)
-    jobs, skipped = {}, []
+    jobs, outcome = {}, {}  # outcome: the local jobs that have ended, as `run_in_order` says it
+
+    def wait(name: str) -> str:
+        "What became of local job `name` once it has ended: 'done', or 'failed (its log: PATH)'; logged once."
+        if name not in outcome:
+            failed = jobs[name].exception() is not None  # waits for the job
+            outcome[name] = f"failed (its log: {jobs[name].paths.stderr})" if failed else "done"
+            log(f"{name}: {outcome[name]}")
+        return outcome[name]
+
     for run in (r for r in todo if run_status(runs_dir / r.name) != "complete"):  # a source comes before its runs
-        source = jobs.get(run.after)
-        if run.after in skipped or (source is not None and executor == "local" and source.exception() is not None):
-            skipped.append(run.name)  # the local executor has no dependencies: wait for the source, go on if it did
-            log(f"{run.name}: skipped ({run.after} did not finish)")
+        if executor == "local" and run.after in jobs:
+            wait(run.after)  # the local executor has no dependencies: wait for the source, go on if it finished
+        if outcome.get(run.after, "done") != "done":
+            outcome[run.name] = f"skipped ({run.after} did not finish)"
+            log(f"{run.name}: {outcome[run.name]}")
             continue
+        source = jobs.get(run.after)
         gpus = nproc if str(run.params.get("device", "")).startswith("cuda") else 0
         ex.update_parameters(**slurm_parameters(f"{preset}_{run.name}", gpus, timeout_min or minutes.get(run.name, 120),
                                                 partition, account, [source.job_id] if source and executor == "slurm" else None))
         jobs[run.name] = ex.submit(reproduce, preset, root, nproc, only=[run.name])
         log(f"{run.name}: job {jobs[run.name].job_id}")
-    failed = [name for name, job in jobs.items() if executor == "local" and job.exception() is not None] + skipped  # waits
+    if executor == "local":
+        for name in list(jobs):
+            wait(name)
+        check_finished(preset, outcome)  # as `reproduce`: no report after a run that failed
     if not only:  # as `reproduce`: the report after a whole preset, not after some of its runs
         ex.update_parameters(**slurm_parameters(f"{preset}_report", 0, 60, partition, account,
                                                 [j.job_id for j in jobs.values()] if executor == "slurm" else None))
         jobs["report"] = ex.submit(report, preset, root)
         log(f"report: job {jobs['report'].job_id}")
-        failed += ["report"] if executor == "local" and jobs["report"].exception() is not None else []
-    if failed:
-        raise RuntimeError(f"runs that did not finish: {', '.join(failed)} (the jobs' logs: {runs_dir / 'jobs'})")
+        if executor == "local":
+            wait("report")
+            check_finished(preset, outcome)
     return list(jobs.values())
 
 # %% ../nbs/09b_runner.ipynb #32d7349d
