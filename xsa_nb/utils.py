@@ -5,6 +5,7 @@
 # %% ../nbs/00a_utils.ipynb #3ddae98b
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -24,7 +25,7 @@ import xsa_nb
 # %% auto #0
 __all__ = ['BF16_CPU_FLAGS', 'KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need',
            'is_integer', 'positive_int', 'positive_number', 'check_device', 'cpu_info', 'check_impl', 'paired_ms',
-           'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor']
+           'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor', 'assert_quoted']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -177,3 +178,14 @@ def sphinx_anchor(name: str) -> str:
     "The HTML id Sphinx (docutils) gives a heading called `name`."
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
     return re.sub(r"^[-0-9]+|-+$", "", re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()))
+
+# %% ../nbs/00a_utils.ipynb #0f88d0a3
+def assert_quoted(notebook: Path | str, marker: str, *phrases: str) -> None:
+    "Assert that the one markdown cell of `notebook` holding `marker` says every phrase (white space collapsed, − as -)."
+    plain = lambda s: " ".join(s.split()).replace("−", "-")
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    found = [text for text in (plain("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
+             if plain(marker) in text]
+    assert len(found) == 1, f"{notebook}: {len(found)} markdown cells hold {marker!r}; one was expected"
+    missing = [p for p in phrases if plain(p) not in found[0]]
+    assert not missing, f"{notebook}: the cell holding {marker!r} does not say {missing}"
