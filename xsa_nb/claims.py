@@ -21,11 +21,12 @@ from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
 __all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL',
-           'ADJACENT_ORDER', 'CONCENTRATION', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'CLAIMS', 'COLUMNS',
-           'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore',
-           'sweep_trend', 'sink_row', 'diagnostic', 'study_levels', 'self_alignment', 'self_weight', 'routed',
-           'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos', 'conversion',
-           'study_comparison', 'Claim', 'section_link', 'claim_rows', 'write_claims']
+           'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS',
+           'NOT_BOS', 'CLAIMS', 'COLUMNS', 'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described',
+           'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'study_levels',
+           'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order',
+           'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'Claim', 'section_link', 'claim_rows',
+           'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -114,6 +115,8 @@ def sweep_trend(t: dict, sweep: str) -> dict | None:
     if sweep == "learning-rate scale":
         ahead = sum(r["diff"] < 0 for r in points)
         finding = f"XSA lower at {ahead} of {len(points)} learning rates"
+    elif all(r["diff"] > 0 for r in points):  # XSA behind everywhere: there is no gain whose trend could be read
+        finding = f"XSA behind at every {sweep}, no gain to grow"
     else:
         finding = f"gain {'grows' if points[-1]['diff'] < points[0]['diff'] else 'does not grow'} " \
                   f"from {points[0]['setting']} to {points[-1]['setting']}" \
@@ -164,7 +167,7 @@ def self_alignment(t: dict) -> dict | None:
     text = f"d{r['depth']} baseline: cos(y, v) {r['baseline']:.3f} (mean over layers, {r['seeds']} seeds)"
     level = next((s for s in t.get("studies", ()) if s["comparison"] == SELF_COS_LEVEL), None)
     if not level:
-        return described(f"{text}; untrained not measured", "description (no untrained value)", seeds=r["seeds"])
+        return described(f"{text}; untrained not measured", "not evidence (no untrained value)", seeds=r["seeds"])
     every = level["seeds_higher"] == level["seeds"]
     return described(f"{text}; {level['study']} study, untrained → trained: {level['untrained']:.3f} → "
                      f"{level['trained']:.3f}, higher in {level['seeds_higher']} of {level['seeds']} seeds",
@@ -178,7 +181,9 @@ def self_weight(t: dict) -> dict | None:
     if not r:
         return None
     out = paired(r | {"verdict": r["direction"]}, f"d{r['depth']} XSA − baseline a_ii", unit="")
-    return out | {"verdict": f"{r['direction']} (family: xsa_diagnostics)"}
+    raised = "; a_ii raised, as an implicit sink predicts; the mechanism itself is not tested" \
+        if r["direction"] == "higher" else ""
+    return out | {"ours": out["ours"] + raised, "verdict": f"{r['direction']} (family: xsa_diagnostics)"}
 
 
 def routed(t: dict) -> dict[str, dict]:
@@ -218,8 +223,9 @@ def routing_order(t: dict) -> dict | None:
                      f"description (means): {'same order as ' + ', '.join(same) if same else 'order of neither size'}")
 
 
-CONCENTRATION = "concentration_final_read"
-"The routing table's column (`12_report`): (max − 1/S)/(1 − 1/S) at the read before the head, mean over seeds."
+CONCENTRATION, CONCENTRATION_MEAN = "concentration_final_read", "concentration_mean"
+"""The routing table's columns (`12_report`): (max − 1/S)/(1 − 1/S) at the read before the head, and its mean over
+every routing point of the stack (the final read one of them), each a mean over seeds."""
 UNTRAINED_CONCENTRATION = 0.0
 "Every routing point's concentration before training: the queries start at zero, so the weights are uniform."
 UNTRAINED_ADJACENT_COS = {"attnres": 1.0, "delta_block": 0.0, "delta": 0.0}
@@ -228,16 +234,26 @@ state equals the embedding (cosine 1) and each delta or block sum is zero (cosin
 
 
 def concentration(t: dict) -> dict | None:
-    "Normalised concentration at the final read of AttnRes and the delta presets, and whether delta's is higher."
-    rows = {k: r for k, r in routed(t).items() if k in ADJACENT_ORDER and _number(r.get(CONCENTRATION))}
+    """Normalised concentration of AttnRes and the delta presets over the stack's routing points and at the final
+    read, and whether the delta presets' is higher at each (means: no paired test)."""
+    rows = {k: r for k, r in routed(t).items()
+            if k in ADJACENT_ORDER and _number(r.get(CONCENTRATION)) and _number(r.get(CONCENTRATION_MEAN))}
     deltas = [k for k in rows if k != "attnres"]
     if "attnres" not in rows or not deltas:
         return None
-    text = ", ".join(f"{k} {r[CONCENTRATION]:.3f}" for k, r in rows.items())
-    higher = all(rows[k][CONCENTRATION] > rows["attnres"][CONCENTRATION] for k in deltas)
-    return described(f"{rows['attnres']['size']} final read, mean over seeds: {text}; untrained "
-                     f"{UNTRAINED_CONCENTRATION:.0f} for every preset (zero queries: uniform weights)",
-                     f"description: delta routing {'higher' if higher else 'not higher'}")
+
+    def where(col: str) -> tuple[str, str]:
+        values = [rows[k][col] for k in deltas]
+        higher = all(v > rows["attnres"][col] for v in values)
+        return (f"delta presets {min(values):.2f}–{max(values):.2f} against AttnRes {rows['attnres'][col]:.2f}",
+                "higher" if higher else "not higher")
+
+    (mean_text, mean_higher), (final_text, final_higher) = where(CONCENTRATION_MEAN), where(CONCENTRATION)
+    return described(f"{rows['attnres']['size']}, mean over seeds: over the routing points {mean_text}; at the final "
+                     f"read {final_text}; untrained {UNTRAINED_CONCENTRATION:.0f} for every preset (zero queries: "
+                     "uniform weights)",
+                     f"description: {mean_higher} over the routing points, {final_higher} at the final read "
+                     "(means, no paired test)")
 
 
 def adjacent_cos(t: dict) -> dict | None:
@@ -260,13 +276,20 @@ def conversion(t: dict, cols: dict, what: str) -> dict | None:
     return paired(row, f"converted to delta_block: {what}", cols) if row else None
 
 
-def study_comparison(t: dict, study: Study, label: str) -> dict | None:
-    "One comparison of a study kept beside the preset: its change training made, Holm-corrected within the study."
+def study_comparison(t: dict, study: Study, label: str, caveat: str = "") -> dict | None:
+    """One comparison of a study kept beside the preset: its change training made, Holm-corrected within the study;
+    a `caveat` that makes it no test of the claim leads the verdict, the direction follows it."""
     row = next((r for r in t["studies"] if r["study"] == study.name and r["comparison"] == label), None)
     if not row:
         return None
     out = paired(row, f"d{study.depth} {label}, change training made", STUDY_COLUMNS, unit="")
-    return out | {"verdict": f"{out['verdict']} (family: {study.name})"}
+    family = f"family: {study.name}"
+    return out | {"verdict": f"{caveat} ({out['verdict']}; {family})" if caveat else f"{out['verdict']} ({family})"}
+
+
+NOT_BOS = "not a test: the rows measured do not start with BOS"
+"""The first-token claim's caveat: the `xsa_sink` study's rows are chunks of documents (the `cpu` preset's packing),
+so a row's first token is a mid-document token, not the BOS a sink forms on."""
 
 # %% ../nbs/12c_claims.ipynb #c1a1a012
 @dataclass(frozen=True)
@@ -317,18 +340,20 @@ CLAIMS = (
     Claim("xsa_similarity_bias", _XSA, "standard attention's output aligns with the token's own value",
           f"cos(y_i, v_i) ≈ {_cos['early layers']} in early layers, ≈ {_cos['deep layers']} in deep layers "
           f"({PUBLISHED_XSA_PAPER['self_cos_layers']}-layer model)", self_alignment,
-          ("01_xsa", "The attention similarity bias"), "level only (our mean over layers)"),
+          ("01_xsa", "The attention similarity bias"),
+          "direction of training's change only (trained − untrained; theirs: per layer, ours: mean over layers)"),
     Claim("xsa_implicit_sink", _XSA, "XSA acts as an implicit attention sink, on the token itself",
           "unwanted attention goes to a_ii, and the projection removes it", self_weight,
-          (_REPORT, "XSA's attention diagnostics over the seeds"), "direction (a_ii, XSA − baseline)"),
+          (_REPORT, "XSA's attention diagnostics over the seeds"),
+          "direction (a_ii, XSA − baseline; the sink mechanism itself is not tested)"),
     Claim("xsa_implicit_sink_learned", _XSA, "XSA's implicit sink: an XSA model uses a learned sink less than a baseline",
           "unwanted attention goes to a_ii, and the projection removes it",
           lambda t: study_comparison(t, XSA_SINK, SINK_USE), (_STUDIES, "XSA and the first token"),
           "direction (ours: mass on a learned sink, mean over layers)"),
     Claim("xsa_implicit_sink_first_token", _XSA, "XSA's implicit sink takes the mass a baseline parks on the first token",
           "unwanted attention goes to a_ii, and the projection removes it",
-          lambda t: study_comparison(t, XSA_SINK, XSA_FIRST), (_STUDIES, "XSA and the first token"),
-          "direction (ours: mass on the first token, mean over layers)"),
+          lambda t: study_comparison(t, XSA_SINK, XSA_FIRST, NOT_BOS), (_STUDIES, "XSA and the first token"),
+          "none (ours: mass on each row's first token, mean over layers: a mid-document token, not BOS)"),
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
           f"negligible latency and memory; under Muon within run-to-run noise (early estimate "
           f"{PUBLISHED_XSA_MUON_OVERHEAD_PCT} %)",
@@ -352,9 +377,12 @@ CLAIMS = (
     *(Claim(key, _DELTA, f"{name} concentrates more than AttnRes in deep layers (depth 4)",
             f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
             lambda t, label=label: study_comparison(t, ROUTING_D4, label), (_STUDIES, "Routing at depth 4"),
-            "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points)")
-      for key, name, label in (("delta_block_max_weight_d4", "Delta Block", DELTA_BLOCK_DEEP),
-                               ("delta_max_weight_d4", "per-sublayer Delta AttnRes", DELTA_DEEP))),
+            "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points" + fewer + ")")
+      for key, name, label, fewer in (
+          ("delta_block_max_weight_d4", "Delta Block", DELTA_BLOCK_DEEP,
+           f"; the same logit spread reads higher over fewer sources S, and Delta Block routes over fewer: up to "
+           f"{ROUTING_D4.depth + 1} against AttnRes's {2 * ROUTING_D4.depth + 1}"),
+          ("delta_max_weight_d4", "per-sublayer Delta AttnRes", DELTA_DEEP, ""))),
     Claim("delta_attnres_routing_alone", _DELTA, "AttnRes vs the standard residual, the routing alone (our control: "
           "neither has nanochat's residual scalars)", f"{_ppl('attnres')} perplexity (against their standard model)",
           attnres_vs_plain, ("03_routing", "The router, proved on a stack of known sublayers"), _PPL),
@@ -416,11 +444,17 @@ def claim_rows(muon: list[dict], sweep: list[dict], routing: list[dict], convers
     return rows
 
 # %% ../nbs/12c_claims.ipynb #c1a1a022
+SD_RANGE_2DF = tuple(math.sqrt(1 / -math.log(p)) for p in (0.025, 0.975))
+"""The 95 % range of σ / s from 3 seeds (2 degrees of freedom): s²/σ² is χ²₂/2, and χ²₂'s quantile at p is
+−2 ln(1 − p), so σ/s runs from √(1/−ln 0.025) to √(1/−ln 0.975)."""
 CLAIMS_NOTES = (
     "verdicts are the report's: better / worse only when the paired interval, at the level Holm's correction gives "
-    "it in the report's family of comparisons (5 % chance of any false verdict), excludes 0; mde: the smallest true "
-    "difference its seeds would resolve with 80 % probability, in the unit of ours; descriptions and exploratory rows "
-    "are outside the family",
+    "it in the report's family of comparisons, excludes 0; the 5 % chance of any false verdict holds within each "
+    "family (the report's quality comparisons, its attention diagnostics, each study kept beside the preset), not "
+    "across the families the ledger draws from; mde: the smallest true difference its seeds would resolve with 80 % "
+    "probability, in the unit of ours; with 3 seeds the SD it rests on has 2 degrees of freedom, so the mde is itself "
+    "uncertain: the 95 % range of σ is about {:.2f}–{:.1f} × the sample SD; descriptions and exploratory rows are "
+    "outside the family".format(*SD_RANGE_2DF),
     "a verdict that names a family is a study's kept beside the preset (07c_diagnostics; docs/results/<study>/): "
     "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
     "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
