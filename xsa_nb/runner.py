@@ -26,9 +26,9 @@ from .utils import is_integer, need, positive_int
 # %% auto #0
 __all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'project_root', 'run_papermill',
            'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'RunsFailed',
-           'check_finished', 'failure_line', 'run_experiment', 'job_env', 'run_in_order', 'run_concurrently',
-           'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs', 'rehearse',
-           'reproduce', 'report']
+           'check_finished', 'skip_after_failure', 'failure_line', 'run_experiment', 'job_env', 'run_in_order',
+           'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs',
+           'rehearse', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -161,6 +161,15 @@ def check_finished(preset: str, outcome: dict[str, str], where: str = "") -> Non
                          + "; ".join(f"{n} {s}" for n, s in bad.items()) + (f" ({where})" if where else ""))
 
 
+def skip_after_failure(run: Run, outcome: dict[str, str], log=print) -> bool:
+    "Record and log `run` as skipped if the run it comes after (`Run.after`) did not finish, by its `outcome`."
+    if outcome.get(run.after, "done") == "done":
+        return False
+    outcome[run.name] = f"skipped ({run.after} did not finish)"
+    log(f"{run.name}: {outcome[run.name]}")
+    return True
+
+
 def failure_line(e: Exception, run_dir: Path) -> str:
     """A failed notebook (papermill's error: the cell's exception) or process (torchrun's exit status) in one line, with
     the executed notebooks `run_papermill` kept in `run_dir` (none when the directory was new)."""
@@ -185,9 +194,7 @@ def run_experiment(preset: str, root: Path | None = None, nproc: int = 1, only: 
     with without_env("IN_TEST"):
         for run in tqdm(todo, desc=f"preset {preset}", unit="run"):
             run_dir = runs_dir / run.name
-            if outcome.get(run.after, "done") != "done":
-                outcome[run.name] = f"skipped ({run.after} did not finish)"
-                log(f"{run.name}: {outcome[run.name]}")
+            if skip_after_failure(run, outcome, log):
                 continue
             status, params = run_status(run_dir), train_params(run, runs_dir)
             notebook = "14_sft" if run.kind == "sft" else "10_train"
@@ -241,12 +248,11 @@ def run_in_order(runs: list[Run], jobs: int, start: Callable[[Run, int], subproc
     waiting, running, outcome, free = list(runs), {}, {}, list(range(jobs))
     while waiting or running:
         for run in list(waiting):
-            pending = run.after in running or any(r.name == run.after for r in waiting)
-            if run.after and not pending and outcome.get(run.after, "done") != "done":
-                outcome[run.name] = f"skipped ({run.after} did not finish)"
+            if run.after in running or any(r.name == run.after for r in waiting):
+                continue  # pending: what it comes after has not ended yet
+            if skip_after_failure(run, outcome, log):
                 waiting.remove(run)
-                log(f"{run.name}: {outcome[run.name]}")
-            elif not pending and free:
+            elif free:
                 slot = free.pop(0)
                 running[run.name] = (start(run, slot), slot)
                 waiting.remove(run)
@@ -329,9 +335,7 @@ def submit_preset(preset: str, root: Path | None = None, executor: str = "slurm"
     for run in (r for r in todo if run_status(runs_dir / r.name) != "complete"):  # a source comes before its runs
         if executor == "local" and run.after in jobs:
             wait(run.after)  # the local executor has no dependencies: wait for the source, go on if it finished
-        if outcome.get(run.after, "done") != "done":
-            outcome[run.name] = f"skipped ({run.after} did not finish)"
-            log(f"{run.name}: {outcome[run.name]}")
+        if skip_after_failure(run, outcome, log):
             continue
         source = jobs.get(run.after)
         gpus = nproc if str(run.params.get("device", "")).startswith("cuda") else 0
