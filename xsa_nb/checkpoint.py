@@ -27,9 +27,10 @@ from safetensors.torch import save as safetensors_bytes
 
 import xsa_nb
 from .config import TrainConfig, build_model, resolve_device, resolve_settings, run_tokenizer
+from .data import default_data_dir
 from .model import GPT
 from .recipe import resolve_recipe
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, tokenizer_fingerprint
 from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, repo_root
 
 # %% auto #0
@@ -38,9 +39,9 @@ __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', '
            'set_rng_state', 'save_checkpoint', 'restore_checkpoint', 'check_checkpoint', 'read_json', 'load_checkpoint',
            'logged_train_time', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step',
            'loader_positions', 'restore_position', 'code_version', 'code_history', 'provenance', 'config_hash',
-           'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'append_metrics',
-           'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records', 'lock_run_dir', 'read_config',
-           'read_settings', 'load_run']
+           'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'check_same_tokenizer',
+           'append_metrics', 'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records', 'lock_run_dir',
+           'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -360,12 +361,16 @@ def check_same_settings(run_dir: Path, cfg: TrainConfig) -> None:
         raise _another_configuration(run_dir, f"differs in {diff}: {said}")
 
 
+def _recorded(run_dir: Path) -> list[dict]:
+    "What a run directory records of its run: its checkpoint's `meta.json` and its `summary.json`, those that exist."
+    return [read_json(p) for p in (run_dir / "checkpoint" / "meta.json", run_dir / "summary.json") if p.is_file()]
+
+
 def check_same_run(run_dir: Path, cfg: TrainConfig, digest: str) -> None:
     "Refuse to continue or reuse `run_dir` unless it was made with configuration `cfg` resolved to hash `digest`."
     run_dir = Path(run_dir)
     check_same_settings(run_dir, cfg)
-    recorded = [read_json(p).get("config_hash") for p in (run_dir / "checkpoint" / "meta.json",
-                                                          run_dir / "summary.json") if p.is_file()]
+    recorded = [r.get("config_hash") for r in _recorded(run_dir)]
     if any(h != digest for h in recorded):
         raise _another_configuration(run_dir, "same settings, resolved differently here: another device, or code "
                                               "that derives the recipe changed")
@@ -376,6 +381,18 @@ def resolve_run(cfg: TrainConfig, world_size: int = 1) -> tuple[TrainConfig, dic
     settings = resolve_settings(cfg)
     recipe = resolve_recipe(settings, world_size=world_size)
     return settings, recipe, config_hash(settings, recipe)
+
+# %% ../nbs/08b_checkpoint.ipynb #e55f884e
+def check_same_tokenizer(run_dir: Path, settings: TrainConfig, tokenizer: Tokenizer) -> None:
+    "Refuse `tokenizer` (the one resolved `settings` name) for `run_dir` if the run recorded another one's fingerprint."
+    run_dir, now = Path(run_dir), tokenizer_fingerprint(tokenizer)
+    recorded = sorted({r.get("tokenizer_fingerprint") for r in _recorded(run_dir)} - {None, now})
+    if recorded:  # records written before fingerprints were kept hold none: accepted
+        path = settings.tokenizer_path or default_data_dir() / "tokenizer.json"
+        raise ValueError(f"{run_dir} was trained with the tokenizer of fingerprint {' and '.join(recorded)}, but the "
+                         f"tokenizer at {path} has fingerprint {now}: its token ids would mean other text. Put the "
+                         f"tokenizer the run was trained with back at {path}, or train a new run (another run_dir) "
+                         "with this one")
 
 # %% ../nbs/08b_checkpoint.ipynb #90c71064
 def append_metrics(path: Path, entry: dict) -> None:
@@ -472,6 +489,7 @@ def load_run(run_dir: Path, device: str = "auto") -> tuple[TrainConfig, GPT, Tok
     device = resolve_device(device)
     cfg = dataclasses.replace(read_settings(run_dir), device=str(device))
     tokenizer = run_tokenizer(cfg)
+    check_same_tokenizer(run_dir, cfg, tokenizer)
     model = build_model(cfg, tokenizer.vocab_size, device)
     load_checkpoint(Path(run_dir) / "checkpoint", model)
     return cfg, model.eval(), tokenizer

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 from .utils import atomic_write_text, positive_int
 
 # %% auto #0
-__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'BOS', 'Tokenizer', 'train_tokenizer', 'token_bytes']
+__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'BOS', 'Tokenizer', 'train_tokenizer', 'token_bytes', 'tokenizer_fingerprint']
 
 # %% ../nbs/05_tokenizer.ipynb #c68237db
 SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
@@ -141,3 +142,10 @@ def token_bytes(tokenizer: Tokenizer) -> torch.Tensor:
     "Number of UTF-8 bytes each token id stands for (int64, length `vocab_size`); 0 for special tokens."
     return torch.tensor([0 if i in tokenizer.special_ids else len(tokenizer.token_to_bytes(i))
                          for i in range(tokenizer.vocab_size)], dtype=torch.long)
+
+# %% ../nbs/05_tokenizer.ipynb #b07fda53
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    "A short SHA-256 (16 hex digits) of what decides the ids: split pattern, merges in rank order, special tokens."
+    body = {"pattern": tokenizer.pattern, "special_tokens": list(tokenizer.special_tokens),
+            "ranks": [r.hex() for r in tokenizer.ranks]}
+    return hashlib.sha256(json.dumps(body).encode()).hexdigest()[:16]

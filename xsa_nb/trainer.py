@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import (append_metrics, check_same_run, checkpoint_step, code_history, config_hash,
-                               continue_checkpoint, fresh_run_dir, load_checkpoint, load_weights_from, loader_positions,
-                               lock_run_dir, provenance, read_json, read_metrics, restore_checkpoint, restore_position,
-                               save_checkpoint, truncate_metrics)
+from .checkpoint import (append_metrics, check_same_run, check_same_tokenizer, checkpoint_step, code_history,
+                               config_hash, continue_checkpoint, fresh_run_dir, load_checkpoint, load_weights_from,
+                               loader_positions, lock_run_dir, provenance, read_json, read_metrics, restore_checkpoint,
+                               restore_position, save_checkpoint, truncate_metrics)
 from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
@@ -31,7 +31,7 @@ from .eval import model_bits_per_byte
 from .model import GPT
 from .muon import MuonAdamW, apply_schedule
 from .recipe import check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, shape_text
-from .tokenizer import Tokenizer, token_bytes
+from .tokenizer import Tokenizer, token_bytes, tokenizer_fingerprint
 from .utils import atomic_write_text, check_device, dist_info
 
 # %% auto #0
@@ -249,6 +249,8 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     digest = config_hash(cfg, recipe)
     lock = hold_run_dir(run_dir, rank, world, log)  # one writer at a time, until train returns
     resuming = (run_dir / "checkpoint").exists()
+    for source in filter(None, (run_dir, cfg.continue_from, cfg.init_from)):  # every run whose weights this one uses
+        check_same_tokenizer(Path(source), cfg, tokenizer)
     if resuming or (run_dir / "summary.json").exists():
         check_same_run(run_dir, requested, digest)
     if (run_dir / "summary.json").exists():
@@ -271,7 +273,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     code = code_history(earlier, made_by)
     made_by["dirty"] = code["dirty"]  # the run's record says so if any of its steps ran on uncommitted code
     meta = {"config": requested.to_dict(), "settings": cfg.to_dict(), "recipe": recipe, "config_hash": digest,
-            "provenance": made_by}
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer), "provenance": made_by}
     peak = plan["peak_flops"]  # measured here, in the run's dtype
     step_model = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
@@ -332,8 +334,9 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         step += 1
     bar.close()
     summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, settings=cfg.to_dict(), recipe=recipe,
-                   config_hash=digest, commits=code["commits"], provenance=made_by, params=model.num_params_by_group(),
-                   flops_per_token=recipe["flops_per_token"], matmul_flops=peak, device=str(device), world_size=world,
+                   config_hash=digest, tokenizer_fingerprint=meta["tokenizer_fingerprint"], commits=code["commits"],
+                   provenance=made_by, params=model.num_params_by_group(), flops_per_token=recipe["flops_per_token"],
+                   matmul_flops=peak, device=str(device), world_size=world,
                    val_split_tokens=None if loaders else val_steps * recipe["tokens_per_pass"])  # its own split, or None
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
