@@ -21,10 +21,10 @@ from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
-           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'read_run', 'read_runs', 'write_table', 'seed_runs',
-           'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes',
-           'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean', 'deep_concentration',
-           'by_seed', 'study_rows', 'Study', 'study_table']
+           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'read_run', 'read_runs', 'early_loss_rise', 'write_table',
+           'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits',
+           'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean',
+           'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -45,6 +45,16 @@ def read_runs(preset: Preset, runs_dir: Path) -> dict[str, dict]:
     "Every complete run of `preset` under `runs_dir`, by name (incomplete or absent runs are left out)."
     runs = {r.name: read_run(Path(runs_dir) / r.name) for r in preset.runs}
     return {k: v for k, v in runs.items() if v is not None}
+
+# %% ../nbs/12e_records.ipynb #21f57889
+def early_loss_rise(train: list[dict], steps: int = 64) -> tuple[float, int]:
+    "(largest rise of the training loss above its lowest so far, the step it happened) in a log's first `steps` steps."
+    need(len(train) >= 2, f"a training log of {len(train)} step(s) has no rise to measure: two at least are needed")
+    low, rise = train[0]["loss"], (float("-inf"), train[0]["step"])
+    for m in train[1:steps]:
+        rise = max(rise, (m["loss"] - low, m["step"]))
+        low = min(low, m["loss"])
+    return rise
 
 # %% ../nbs/12e_records.ipynb #cbbfcdb3
 def write_table(rows: list[dict], out_dir: Path, name: str, title: str, notes: list[str],

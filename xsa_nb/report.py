@@ -15,7 +15,7 @@ from .claims import claim_rows, study_levels, write_claims
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
-from .figures import effects_figure, routing_figures, xsa_muon_figure, xsa_sweep_figure
+from .figures import early_loss_figure, effects_figure, routing_figures, xsa_muon_figure, xsa_sweep_figure
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
@@ -406,7 +406,8 @@ def report_effects(members: list[tuple[str, dict, dict]]) -> list[tuple[str, dic
 REPORT_FILES = ("headline.md", "xsa_muon.md", "xsa_muon.csv", "xsa_muon.png", "xsa_diagnostics.md", "xsa_diagnostics.csv",
                 "xsa_sweeps.md", "xsa_sweeps.csv",
                 "xsa_sweeps.png", "routing.md", "routing.csv", "routing_points.md", "routing_points.csv",
-                "routing_conversion.md", "routing_conversion.csv", "routing_concentration.png", "routing_heatmaps.png", "routing_conversion.png", "chatcore.md", "chatcore.csv",
+                "routing_conversion.md", "routing_conversion.csv", "routing_concentration.png", "routing_heatmaps.png", "routing_conversion.png",
+                "routing_early_loss.png", "chatcore.md", "chatcore.csv",
                 "per_run.md", "per_run.csv", "effects.png", "claims.md", "claims.csv", "index.md")
 
 
@@ -543,6 +544,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
     concentration = {(d, n): concentration_by_point(runs, d, n, p.scale.routing_seeds)
                      for d in p.scale.routing_depths for n in p.scale.routing}
     files += routing_figures(p, runs, concentration, out_dir)
+    files.append(early_loss_figure(p, runs, out_dir / "routing_early_loss.png"))
     per_run = per_run_rows(p, runs)
     files += write_table(per_run, out_dir, "per_run", "Every run: the values the tables' means are made of",
                          context_notes(p, runs, "each run's own") + [
@@ -559,7 +561,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
              "![effects](effects.png)\n", "[Claims ledger](claims.md): every claim of the three studies beside ours.\n"]
     for name in ("xsa_muon", "xsa_diagnostics", "xsa_sweeps", "routing", "routing_points", "routing_conversion", "chatcore"):
         index.append((out_dir / f"{name}.md").read_text())
-    for png in ("xsa_muon", "xsa_sweeps", "routing_concentration", "routing_heatmaps", "routing_conversion"):
+    for png in ("xsa_muon", "xsa_sweeps", "routing_concentration", "routing_heatmaps", "routing_conversion",
+                "routing_early_loss"):
         index.append(f"![{png}]({png}.png)\n")
     index.append(f"<details>\n<summary>Every run ({len(per_run)}): seed, val bpb, validation tokens, steps, "
                  "training time, commit (per_run.csv)</summary>\n\n" + markdown_table(per_run, empty="_none yet_")
