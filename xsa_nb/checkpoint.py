@@ -26,8 +26,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 import xsa_nb
-from .config import TrainConfig, build_model, resolve_device, resolve_settings, run_tokenizer
-from .data import default_data_dir
+from .config import TrainConfig, build_model, resolve_device, resolve_settings, run_tokenizer, run_tokenizer_path
 from .model import GPT
 from .recipe import resolve_recipe
 from .tokenizer import Tokenizer, tokenizer_fingerprint
@@ -388,7 +387,7 @@ def check_same_tokenizer(run_dir: Path, settings: TrainConfig, tokenizer: Tokeni
     run_dir, now = Path(run_dir), tokenizer_fingerprint(tokenizer)
     recorded = sorted({r.get("tokenizer_fingerprint") for r in _recorded(run_dir)} - {None, now})
     if recorded:  # records written before fingerprints were kept hold none: accepted
-        path = settings.tokenizer_path or default_data_dir() / "tokenizer.json"
+        path = run_tokenizer_path(settings)
         raise ValueError(f"{run_dir} was trained with the tokenizer of fingerprint {' and '.join(recorded)}, but the "
                          f"tokenizer at {path} has fingerprint {now}: its token ids would mean other text. Put the "
                          f"tokenizer the run was trained with back at {path}, or train a new run (another run_dir) "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .data import PACKINGS, default_tokenizer, resolve_packing
+from .data import PACKINGS, default_data_dir, resolve_packing
 from .model import GPT, MODEL_SWITCHES, GPTConfig
 from .routing import RESIDUAL_PRESETS
 from .xsa import ATTENTION_BACKENDS
@@ -26,7 +26,7 @@ from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, posi
 __all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'check_dtype',
            'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
            'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec', 'model_config',
-           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer', 'build_model']
+           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer_path', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -339,9 +339,14 @@ def meta_model(gcfg: GPTConfig) -> GPT:
         return GPT(gcfg)
 
 
+def run_tokenizer_path(cfg: TrainConfig) -> Path:
+    "The tokenizer file a run uses: `cfg.tokenizer_path` (resolved), or the embedded corpus's."
+    return Path(cfg.tokenizer_path) if cfg.tokenizer_path else default_data_dir() / "tokenizer.json"
+
+
 def run_tokenizer(cfg: TrainConfig) -> Tokenizer:
-    "The tokenizer a run uses: `cfg.tokenizer_path` (resolved), or the embedded corpus's."
-    return Tokenizer.load(Path(cfg.tokenizer_path)) if cfg.tokenizer_path else default_tokenizer()
+    "The tokenizer a run uses, loaded from `run_tokenizer_path`."
+    return Tokenizer.load(run_tokenizer_path(cfg))
 
 
 def build_model(cfg: TrainConfig, vocab_size: int, device: torch.device | str) -> GPT:
