@@ -69,6 +69,8 @@ class TrainConfig:
     embedding_lr: float = option(0.3, "AdamW rate of the token embedding, at the reference batch")
     unembedding_lr: float = option(0.008, "AdamW rate of lm_head, at the reference batch")
     scalar_lr: float = option(0.5, "AdamW rate of the scalars, gates and routing queries, at the reference batch")
+    smear_lr: float = option(0.2, "AdamW rate of the smear gate and the smear and backout scalars: nanochat's fixed 0.2, "
+                                  "not scaled by batch")
     weight_decay: float = option(0.28, "Muon weight decay at the d12 reference, scaled by batch and horizon")
     lr_scale: float = option(1.0, "multiplies every learning rate (learning-rate sweeps)")
     warmup_steps: int = option(40, "linear LR warm-up")
@@ -307,7 +309,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(s.attention in ATTENTION_BACKENDS, f"attention must be one of {ATTENTION_BACKENDS}, got {s.attention!r}")
     need(not (s.attention == "flex" and s.device == "cpu"),
          "attention='flex' on the CPU: torch has no FlexAttention backward there, so it cannot train; use sdpa")
-    for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "lr_scale"):
+    for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "smear_lr", "lr_scale"):
         positive_number(name, getattr(s, name))
     positive_number("grad_clip", s.grad_clip, zero="off")
     positive_number("max_cpu_hours", s.max_cpu_hours, zero="no limit")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy.stats import binomtest
+
 from .checkpoint import copy_records, read_json, read_metrics
 from .core_eval import CORE_TASKS
 from .experiments import Preset, run_name, run_status
@@ -21,10 +23,11 @@ from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
-           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'read_run', 'read_runs', 'early_loss_rise', 'write_table',
-           'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits',
-           'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean',
-           'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table']
+           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'read_run', 'read_runs', 'early_loss_rise',
+           'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen',
+           'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study',
+           'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jumped_seeds',
+           'jump_rows', 'seed_study', 'recipe_family', 'loss_climb']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -254,3 +257,55 @@ def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES
     "Every comparison of the studies of `preset` kept under `results` (`docs/results/`), each row naming its study."
     return [{"study": s.name} | row for s in studies if s.preset == preset and (Path(results) / s.name).is_dir()
             for row in study_rows(kept_study(Path(results) / s.name), s.depth, s.comparisons)]
+
+# %% ../nbs/12e_records.ipynb #dd2220df
+JUMP_NATS = 1.0
+"A rise of the training loss above its lowest so far, in its first 64 steps (nats), that counts as a jump."
+
+
+def jumped_seeds(runs: dict, arm: str, seeds) -> list[int]:
+    "The seeds of `arm` (depth 2) whose training loss jumps: rises more than JUMP_NATS above its lowest so far, early."
+    return [s for s in seeds if early_loss_rise(runs[run_name(2, arm, s)]["train"])[0] > JUMP_NATS]
+
+
+def jump_rows(runs: dict, arms, seeds) -> list[dict]:
+    "Per arm: how many of `seeds` jumped, the rate's exact 95 % interval, the largest early rise, the mean val bpb."
+    rows = []
+    for arm in arms:
+        jumped = len(jumped_seeds(runs, arm, seeds))
+        rate = binomtest(jumped, len(seeds)).proportion_ci(0.95, method="exact")
+        rows.append({"arm": arm, "seeds": len(seeds), "jumped": jumped, "rate": jumped / len(seeds),
+                     "rate_low": rate.low, "rate_high": rate.high,
+                     "largest_rise": max(early_loss_rise(runs[run_name(2, arm, s)]["train"])[0] for s in seeds),
+                     "val_bpb": statistics.fmean(runs[run_name(2, arm, s)]["summary"]["val_bpb"] for s in seeds)})
+    return rows
+
+
+def seed_study(runs: dict, seeds, arms: tuple[str, str] = ("base", "delta_block")) -> dict:
+    """Two arms (depth 2) over many seeds: each arm's jumps (`rows`), its val bpb by seed, second − first by seed
+    (`diff`) and paired over the seeds (`pair`), the seeds whose second arm jumped, and the differences of those seeds
+    and of the others (`groups`)."""
+    missing = [run_name(2, arm, s) for arm in arms for s in seeds if run_name(2, arm, s) not in runs]
+    need(not missing, f"the study keeps no run {', '.join(missing)}: both arms {arms} need every seed of {tuple(seeds)}")
+    first, second = arms
+    bpb = {arm: {s: runs[run_name(2, arm, s)]["summary"]["val_bpb"] for s in seeds} for arm in arms}
+    diff = {s: bpb[second][s] - bpb[first][s] for s in seeds}
+    jumped = jumped_seeds(runs, second, seeds)
+    groups = {label: [diff[s] for s in seeds if (s in jumped) == j] for label, j in (("jumped", True), ("did not jump", False))}
+    return {"arms": arms, "rows": jump_rows(runs, arms, seeds), "bpb": bpb, "diff": diff, "jumped": jumped,
+            "groups": {label: diffs for label, diffs in groups.items() if diffs},
+            "pair": paired_difference(bpb[first], bpb[second])}
+
+
+def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
+    """A second recipe's `seed_study` (`after`) read against the first's as one family under Holm: second arm − first
+    at the new recipe, and for each arm new recipe − old, paired by seed; each with its interval and verdict."""
+    changes = {arm: paired_difference(before["bpb"][arm], after["bpb"][arm]) for arm in after["arms"]}
+    arms_verdict, *change_verdicts = family_verdicts([after["pair"], *changes.values()])
+    return after["pair"] | arms_verdict, {arm: c | v for (arm, c), v in zip(changes.items(), change_verdicts)}
+
+
+def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
+    "How far the training loss's highest point after step 0, in the first `steps`, lies above the first loss; and its record."
+    top = max(train[1:steps], key=lambda m: m["loss"])
+    return top["loss"] - train[0]["loss"], top
