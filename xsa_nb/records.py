@@ -260,7 +260,7 @@ def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES
 
 # %% ../nbs/12e_records.ipynb #dd2220df
 JUMP_NATS = 1.0
-"A rise of the training loss above its lowest so far, in its first 64 steps (nats), that counts as a jump."
+"A rise of the training loss above its lowest so far, within `early_loss_rise`'s early steps (nats), that counts as a jump."
 
 
 def jumped_seeds(runs: dict, arm: str, seeds) -> list[int]:
@@ -300,6 +300,9 @@ def seed_study(runs: dict, seeds, arms: tuple[str, str] = ("base", "delta_block"
 def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
     """A second recipe's `seed_study` (`after`) read against the first's as one family under Holm: second arm − first
     at the new recipe, and for each arm new recipe − old, paired by seed; each with its interval and verdict."""
+    need(before["arms"] == after["arms"] and sorted(before["diff"]) == sorted(after["diff"]),
+         f"recipe_family compares the same arms over the same seeds: got arms {before['arms']} and {after['arms']}, "
+         f"seeds {sorted(before['diff'])} and {sorted(after['diff'])}")
     changes = {arm: paired_difference(before["bpb"][arm], after["bpb"][arm]) for arm in after["arms"]}
     arms_verdict, *change_verdicts = family_verdicts([after["pair"], *changes.values()])
     return after["pair"] | arms_verdict, {arm: c | v for (arm, c), v in zip(changes.items(), change_verdicts)}
@@ -307,5 +310,6 @@ def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
 
 def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
     "How far the training loss's highest point after step 0, in the first `steps`, lies above the first loss; and its record."
+    need(len(train) >= 2, f"a training log of {len(train)} step(s) has no climb to measure: two at least are needed")
     top = max(train[1:steps], key=lambda m: m["loss"])
     return top["loss"] - train[0]["loss"], top
