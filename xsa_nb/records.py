@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,8 @@ __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 
            'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'read_run', 'read_runs', 'early_loss_rise',
            'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen',
            'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study',
-           'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jumped_seeds',
-           'jump_rows', 'seed_study', 'recipe_family', 'loss_climb']
+           'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jump_row',
+           'seed_study', 'recipe_family', 'loss_climb']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -263,36 +263,30 @@ JUMP_NATS = 1.0
 "A rise of the training loss above its lowest so far, within `early_loss_rise`'s early steps (nats), that counts as a jump."
 
 
-def jumped_seeds(runs: dict, arm: str, seeds) -> list[int]:
-    "The seeds of `arm` (depth 2) whose training loss jumps: rises more than JUMP_NATS above its lowest so far, early."
-    return [s for s in seeds if early_loss_rise(runs[run_name(2, arm, s)]["train"])[0] > JUMP_NATS]
+def jump_row(arm: str, rises: dict[int, float], bpb: dict[int, float]) -> dict:
+    """One arm over seeds (`rises`: each seed's early rise, nats; `bpb`: its val bpb): how many jumped (rose more than
+    JUMP_NATS), the rate's exact 95 % interval, the largest early rise, the mean val bpb."""
+    jumped = sum(rise > JUMP_NATS for rise in rises.values())
+    rate = binomtest(jumped, len(rises)).proportion_ci(0.95, method="exact")
+    return {"arm": arm, "seeds": len(rises), "jumped": jumped, "rate": jumped / len(rises), "rate_low": rate.low,
+            "rate_high": rate.high, "largest_rise": max(rises.values()), "val_bpb": statistics.fmean(bpb.values())}
 
 
-def jump_rows(runs: dict, arms, seeds) -> list[dict]:
-    "Per arm: how many of `seeds` jumped, the rate's exact 95 % interval, the largest early rise, the mean val bpb."
-    rows = []
-    for arm in arms:
-        jumped = len(jumped_seeds(runs, arm, seeds))
-        rate = binomtest(jumped, len(seeds)).proportion_ci(0.95, method="exact")
-        rows.append({"arm": arm, "seeds": len(seeds), "jumped": jumped, "rate": jumped / len(seeds),
-                     "rate_low": rate.low, "rate_high": rate.high,
-                     "largest_rise": max(early_loss_rise(runs[run_name(2, arm, s)]["train"])[0] for s in seeds),
-                     "val_bpb": statistics.fmean(runs[run_name(2, arm, s)]["summary"]["val_bpb"] for s in seeds)})
-    return rows
-
-
-def seed_study(runs: dict, seeds, arms: tuple[str, str] = ("base", "delta_block")) -> dict:
+def seed_study(runs: dict, seeds: Iterable[int], arms: tuple[str, str] = ("base", "delta_block")) -> dict:
     """Two arms (depth 2) over many seeds: each arm's jumps (`rows`), its val bpb by seed, second − first by seed
     (`diff`) and paired over the seeds (`pair`), the seeds whose second arm jumped, and the differences of those seeds
-    and of the others (`groups`)."""
+    and of the others (`groups`). `seeds`: any iterable of distinct seeds, read once."""
+    seeds = tuple(seeds)
+    need(len(set(seeds)) == len(seeds), f"a seed study pairs each seed once: seeds {seeds} repeat one")
     missing = [run_name(2, arm, s) for arm in arms for s in seeds if run_name(2, arm, s) not in runs]
-    need(not missing, f"the study keeps no run {', '.join(missing)}: both arms {arms} need every seed of {tuple(seeds)}")
+    need(not missing, f"the study keeps no run {', '.join(missing)}: both arms {arms} need every seed of {seeds}")
     first, second = arms
     bpb = {arm: {s: runs[run_name(2, arm, s)]["summary"]["val_bpb"] for s in seeds} for arm in arms}
+    rises = {arm: {s: early_loss_rise(runs[run_name(2, arm, s)]["train"])[0] for s in seeds} for arm in arms}
     diff = {s: bpb[second][s] - bpb[first][s] for s in seeds}
-    jumped = jumped_seeds(runs, second, seeds)
+    jumped = [s for s in seeds if rises[second][s] > JUMP_NATS]
     groups = {label: [diff[s] for s in seeds if (s in jumped) == j] for label, j in (("jumped", True), ("did not jump", False))}
-    return {"arms": arms, "rows": jump_rows(runs, arms, seeds), "bpb": bpb, "diff": diff, "jumped": jumped,
+    return {"arms": arms, "rows": [jump_row(arm, rises[arm], bpb[arm]) for arm in arms], "bpb": bpb, "diff": diff, "jumped": jumped,
             "groups": {label: diffs for label, diffs in groups.items() if diffs},
             "pair": paired_difference(bpb[first], bpb[second])}
 
