@@ -202,14 +202,15 @@ def deep_concentration(m: dict) -> float:
     return statistics.fmean(p["concentration"] for p in m["routing"] if p["layer"] in DEEP_LAYERS)
 
 
-def by_seed(runs: dict, depth: int, arm: str, value: Callable[[dict], float], state: str = "trained") -> dict[int, float]:
+def by_seed(runs: dict, depth: int, arm: str, value: Callable[[dict], float], state: str = "trained",
+            seeds: tuple[int, ...] = STUDY_SEEDS) -> dict[int, float]:
     "`value` of each seed's measurement (`state`: 'trained', 'untrained' or 'change', trained minus untrained)."
     def one(m: dict) -> float:
         return value(m["untrained"]) if state == "untrained" else value(m["trained"]) - (
             value(m["untrained"]) if state == "change" else 0.0)
-    missing = [run_name(depth, arm, s) for s in STUDY_SEEDS if run_name(depth, arm, s) not in runs]
-    need(not missing, f"the study keeps no run {', '.join(missing)}: every arm needs seeds {STUDY_SEEDS}")
-    return {s: one(runs[run_name(depth, arm, s)]["measured"]) for s in STUDY_SEEDS}
+    missing = [run_name(depth, arm, s) for s in seeds if run_name(depth, arm, s) not in runs]
+    need(not missing, f"the study keeps no run {', '.join(missing)}: every arm needs seeds {seeds}")
+    return {s: one(runs[run_name(depth, arm, s)]["measured"]) for s in seeds}
 
 
 def study_rows(runs: dict, depth: int, comparisons: tuple[Comparison, ...]) -> list[dict]:
