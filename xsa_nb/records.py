@@ -27,7 +27,7 @@ __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 
            'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen',
            'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study',
            'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jump_row',
-           'seed_study', 'recipe_family', 'loss_climb']
+           'seed_study', 'recipe_family', 'effect_family', 'loss_climb']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -292,15 +292,29 @@ def seed_study(runs: dict, seeds: Iterable[int], arms: tuple[str, str] = ("base"
             "pair": paired_difference(bpb[first], bpb[second])}
 
 
+def _same_arms_and_seeds(before: dict, after: dict, reader: str) -> None:
+    "Refuse two recipes' `seed_study`s that differ in their arms or their seeds, naming both and the `reader`."
+    need(before["arms"] == after["arms"] and sorted(before["diff"]) == sorted(after["diff"]),
+         f"{reader} compares the same arms over the same seeds: got arms {before['arms']} and {after['arms']}, "
+         f"seeds {sorted(before['diff'])} and {sorted(after['diff'])}")
+
+
 def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
     """A second recipe's `seed_study` (`after`) read against the first's as one family under Holm: second arm − first
     at the new recipe, and for each arm new recipe − old, paired by seed; each with its interval and verdict."""
-    need(before["arms"] == after["arms"] and sorted(before["diff"]) == sorted(after["diff"]),
-         f"recipe_family compares the same arms over the same seeds: got arms {before['arms']} and {after['arms']}, "
-         f"seeds {sorted(before['diff'])} and {sorted(after['diff'])}")
+    _same_arms_and_seeds(before, after, "recipe_family")
     changes = {arm: paired_difference(before["bpb"][arm], after["bpb"][arm]) for arm in after["arms"]}
     arms_verdict, *change_verdicts = family_verdicts([after["pair"], *changes.values()])
     return after["pair"] | arms_verdict, {arm: c | v for (arm, c), v in zip(changes.items(), change_verdicts)}
+
+
+def effect_family(before: dict, after: dict) -> tuple[dict, dict, dict]:
+    """Two recipes' `seed_study`s of the same arms read as one family under Holm: second arm − first at the first
+    recipe, the same at the second, and how the recipe moves that effect (each seed's effect at the second recipe less
+    its effect at the first, paired by seed); each with its interval and verdict."""
+    _same_arms_and_seeds(before, after, "effect_family")
+    pairs = [before["pair"], after["pair"], paired_difference(before["diff"], after["diff"])]
+    return tuple(p | v for p, v in zip(pairs, family_verdicts(pairs)))
 
 
 def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
