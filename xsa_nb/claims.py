@@ -15,8 +15,9 @@ from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import (DELTA_BLOCK_DEEP, DELTA_DEEP, ROUTING_D4, SINK_USE, XSA_FIRST, XSA_SINK, Study, by_seed,
-                            kept_study, layer_mean)
+from .records import (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16, MANY_SEEDS,
+                            ROUTING_D4, SINK_USE, XSA_FIRST, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study,
+                            by_seed, kept_study, layer_mean)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
@@ -25,8 +26,8 @@ __all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SEL
            'NOT_BOS', 'CLAIMS', 'COLUMNS', 'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described',
            'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'study_levels',
            'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order',
-           'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'Claim', 'section_link', 'claim_rows',
-           'write_claims']
+           'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'seed_comparison', 'Claim',
+           'section_link', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -287,6 +288,16 @@ def study_comparison(t: dict, study: Study, label: str, caveat: str = "") -> dic
     return out | {"verdict": f"{caveat} ({out['verdict']}; {family})" if caveat else f"{out['verdict']} ({family})"}
 
 
+def seed_comparison(t: dict, label: str) -> dict | None:
+    """One val-bpb comparison of the seed studies kept beside the preset (`seed_study_rows`, `12e_records`): the two
+    arms paired over sixteen seeds, at the Holm level of its family, which the verdict names."""
+    row = next((r for r in t["studies"] if r["comparison"] == label), None)
+    if not row:
+        return None
+    out = paired(row, f"d2 {label}, {len(MANY_SEEDS)} seeds")
+    return out | {"verdict": f"{out['verdict']} (family: {row['study']})"}
+
+
 NOT_BOS = "not a test: the rows measured do not start with BOS"
 """The first-token claim's caveat: the `xsa_sink` study's rows are chunks of documents (the `cpu` preset's packing),
 so a row's first token is a mid-document token, not the BOS a sink forms on."""
@@ -326,6 +337,13 @@ CLAIMS = (
     Claim("xsa_loss", _XSA, "XSA lowers validation loss (the headline)",
           f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", xsa_bpb,
           (_REPORT, "Study 1: XSA under Muon"), _DIRECTION),
+    *(Claim(key, _XSA, f"XSA lowers validation loss: sixteen seeds, {recipe}",
+            f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", lambda t, label=label: seed_comparison(t, label),
+            (_STUDIES, heading), _DIRECTION)
+      for key, recipe, label, heading in (
+          ("xsa_loss_seeds", "the preset's recipe", XSA_HEAD_16, "XSA over sixteen seeds, at both recipes"),
+          ("xsa_loss_seeds_scaled", "smear rate carried to the batch", XSA_SCALED_16, "XSA over sixteen seeds, at both recipes"),
+          ("xsa_loss_seeds_mid", "a smear rate between the two", XSA_MID_16, "XSA at a smear rate between the two"))),
     Claim("xsa_downstream", _XSA, "XSA raises downstream accuracy",
           " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items())
           + f" mean accuracy points over {PUBLISHED_XSA_PAPER['downstream_tasks']} tasks",
@@ -391,8 +409,17 @@ CLAIMS = (
           (_REPORT, "Study 3: delta routing"), _PPL),
     Claim("delta_block_ppl", _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity",
           lambda t: routing_vs_standard(t, "delta_block"), (_REPORT, "Study 3: delta routing"), _PPL),
+    *(Claim(key, _DELTA, f"Delta Block lowers perplexity: sixteen seeds, {recipe}", f"{_ppl('delta_block')} perplexity",
+            lambda t, label=label: seed_comparison(t, label), (_STUDIES, heading), _PPL)
+      for key, recipe, label, heading in (
+          ("delta_block_ppl_seeds", "the preset's recipe", BLOCK_HEAD_16, "Delta Block over sixteen seeds"),
+          ("delta_block_ppl_seeds_scaled", "smear rate carried to the batch", BLOCK_SCALED_16,
+           "The smear rate carried to the batch"))),
     Claim("delta_ppl", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity most", f"{_ppl('delta')} perplexity",
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
+    Claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity: sixteen seeds, smear rate "
+          "carried to the batch", f"{_ppl('delta')} perplexity", lambda t: seed_comparison(t, DELTA_SCALED_16),
+          (_STUDIES, "Delta AttnRes at the scaled smear rate"), _PPL),
     Claim("delta_order", _DELTA, "perplexity order of the residual presets",
           "; ".join(f"{size}: {' < '.join(sorted(ppl, key=ppl.get))}" for size, ppl in PUBLISHED_DELTA_PPL.items()),
           routing_order, (_REPORT, "Study 3: delta routing"), "order only"),
@@ -458,7 +485,9 @@ CLAIMS_NOTES = (
     "a verdict that names a family is a study's kept beside the preset (07c_diagnostics; docs/results/<study>/): "
     "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
     "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
-    "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model)",
+    "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model); "
+    "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
+    "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics)",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; seeds: the paired "

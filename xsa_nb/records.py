@@ -23,11 +23,13 @@ from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
-           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'read_run', 'read_runs', 'early_loss_rise',
-           'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen',
-           'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study',
-           'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jump_row',
-           'seed_study', 'recipe_family', 'effect_family', 'loss_climb']
+           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'SEED_STUDY_DIRS',
+           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_CHANGE_16',
+           'XSA_MID_16', 'read_run', 'read_runs', 'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed',
+           'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows',
+           'keep_records', 'check_one_commit', 'kept_study', 'layer_mean', 'deep_concentration', 'by_seed',
+           'study_rows', 'Study', 'study_table', 'jump_row', 'seed_study', 'recipe_family', 'effect_family',
+           'own_family', 'loss_climb', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -317,8 +319,45 @@ def effect_family(before: dict, after: dict) -> tuple[dict, dict, dict]:
     return tuple(p | v for p, v in zip(pairs, family_verdicts(pairs)))
 
 
+def own_family(pair: dict) -> dict:
+    "A paired comparison (`paired_difference`) read as a family of its own: with its 95 % interval, verdict and mde."
+    return pair | family_verdicts([pair])[0]
+
+
 def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
     "How far the training loss's highest point after step 0, in the first `steps`, lies above the first loss; and its record."
     need(len(train) >= 2, f"a training log of {len(train)} step(s) has no climb to measure: two at least are needed")
     top = max(train[1:steps], key=lambda m: m["loss"])
     return top["loss"] - train[0]["loss"], top
+
+# %% ../nbs/12e_records.ipynb #b2859050
+MANY_SEEDS = tuple(range(16))
+"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`)."
+SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear")
+"Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA."
+BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16, XSA_MID_16 = (
+    "Delta Block − baseline, nanochat's smear rate", "Delta Block − baseline, scaled smear rate",
+    "Delta AttnRes − baseline, scaled smear rate", "XSA − baseline, nanochat's smear rate",
+    "XSA − baseline, scaled smear rate", "XSA's effect, scaled − nanochat's smear rate",
+    "XSA − baseline, middle smear rate")
+"The labels of the seed studies' comparisons (val bpb, sixteen seeds), in `seed_study_rows`' order."
+
+
+def seed_study_rows(results: Path, preset: str) -> list[dict]:
+    """The val-bpb comparisons of the seed studies kept under `results` (`docs/results/`) beside `preset`, each at its
+    Holm level in its family (`study`: the family); empty for a preset other than `cpu` or where one is not kept."""
+    results = Path(results)
+    if preset != "cpu" or not all((results / d).is_dir() for d in SEED_STUDY_DIRS):
+        return []
+    kept = {d: kept_study(results / d) for d in SEED_STUDY_DIRS}
+    block_head = seed_study(kept["delta_block_seeds"], MANY_SEEDS)
+    block_scaled, _ = recipe_family(block_head, seed_study(kept["delta_block_smear"], MANY_SEEDS))
+    delta = seed_study(kept["delta_block_smear"] | kept["delta_smear"], MANY_SEEDS, ("base", "delta"))
+    xsa_head, xsa_scaled, xsa_mid = (seed_study(runs, MANY_SEEDS, ("base", "xsa")) for runs in (
+        kept["delta_block_seeds"] | kept["xsa_seeds"], kept["delta_block_smear"] | kept["xsa_smear"], kept["xsa_mid_smear"]))
+    families = (("delta_block_seeds", [own_family(block_head["pair"])]), ("delta_block_smear", [block_scaled]),
+                ("delta_smear", [own_family(delta["pair"])]), ("xsa_seeds + xsa_smear", effect_family(xsa_head, xsa_scaled)),
+                ("xsa_mid_smear", [own_family(xsa_mid["pair"])]))
+    compared = [(family, c) for family, cs in families for c in cs]
+    labels = (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16, XSA_MID_16)
+    return [{"study": family, "comparison": label} | c for label, (family, c) in zip(labels, compared, strict=True)]

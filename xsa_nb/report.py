@@ -20,7 +20,8 @@ from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
 from .records import (BPB_UNITS, check_one_commit, context_notes, core_result, offline_core_tasks,
-                            per_run_rows, read_runs, seed_runs, study_table, val_bpb_by_seed, write_table)
+                            per_run_rows, read_runs, seed_runs, seed_study_rows, study_table, val_bpb_by_seed,
+                            write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
 from .stats import family_verdicts, paired_difference, mean_interval, ratio_interval
@@ -551,7 +552,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "train_s: training time in seconds (on a machine shared with other work it measures its "
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
     results = repo_root() / "docs" / "results"
-    studies = study_table(results, p.name) + study_levels(results, p.name)
+    studies = study_table(results, p.name) + study_levels(results, p.name) + seed_study_rows(results, p.name)
     files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat, studies), out_dir, p.name)
     effects = report_effects(family_members(muon, sweep, routing, conversion, min_seeds=1))  # the family, then 1-seed rows
     files.append(effects_figure(effects, out_dir / "effects.png",
