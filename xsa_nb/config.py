@@ -71,6 +71,8 @@ class TrainConfig:
     scalar_lr: float = option(0.5, "AdamW rate of the scalars, gates and routing queries, at the reference batch")
     smear_lr: float = option(0.2, "AdamW rate of the smear gate and the smear and backout scalars: nanochat's fixed 0.2, "
                                   "not scaled by batch")
+    backout_lr: float = option(0.0, "AdamW rate of the backout scalar alone, or 0 to keep it in the smear group at "
+                                    "smear_lr (nanochat)")
     weight_decay: float = option(0.28, "Muon weight decay at the d12 reference, scaled by batch and horizon")
     lr_scale: float = option(1.0, "multiplies every learning rate (learning-rate sweeps)")
     warmup_steps: int = option(40, "linear LR warm-up")
@@ -312,6 +314,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "smear_lr", "lr_scale"):
         positive_number(name, getattr(s, name))
     positive_number("grad_clip", s.grad_clip, zero="off")
+    positive_number("backout_lr", s.backout_lr, zero="the smear group's rate")
     positive_number("max_cpu_hours", s.max_cpu_hours, zero="no limit")
     check_schedule(s)
     if s.run_dir:  # written into: neither it nor a folder above it may be a file

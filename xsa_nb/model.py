@@ -479,8 +479,9 @@ class GPT(nn.Module):
 
     def setup_optimizer(self, unembedding_lr: float = 0.004, embedding_lr: float = 0.2, matrix_lr: float = 0.02,
                         weight_decay: float = 0.0, scalar_lr: float = 0.5, smear_lr: float = 0.2,
-                        ns_dtype: torch.dtype | None = None) -> MuonAdamW:
-        "nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768))."
+                        backout_lr: float = 0.0, ns_dtype: torch.dtype | None = None) -> MuonAdamW:
+        """nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768)); a
+        `backout_lr` > 0 gives the backout scalar a group of its own at that rate (0: in the smear group, nanochat's)."""
         d = self.config.n_embd
         scale = (d / 768) ** -0.5
         adamw = lambda params, lr, betas, wd: dict(kind="adamw", params=list(params), lr=lr, betas=betas, eps=1e-10,
@@ -494,8 +495,10 @@ class GPT(nn.Module):
             adamw(self.value_embeds.parameters(), embedding_lr * scale * 0.5, (0.8, 0.995), 0.01),
             adamw([self.resid_lambdas], scalar_lr * 0.01, (0.8, 0.95), 0.05),
             adamw([self.x0_lambdas], scalar_lr, (0.96, 0.95), 0.0),
-            adamw([self.smear_gate.weight, self.smear_lambda, self.backout_lambda], smear_lr, (0.8, 0.95), 0.0),
         ]
+        smear = [self.smear_gate.weight, self.smear_lambda]
+        groups += ([adamw(smear + [self.backout_lambda], smear_lr, (0.8, 0.95), 0.0)] if backout_lr == 0 else
+                   [adamw(smear, smear_lr, (0.8, 0.95), 0.0), adamw([self.backout_lambda], backout_lr, (0.8, 0.95), 0.0)])
         if gates:
             groups.append(adamw(gates, 0.4 * scalar_lr, (0.8, 0.95), 0.0))
         if any(True for _ in self.router.parameters()):

@@ -47,6 +47,7 @@ def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: di
     ns_dtype = dtype if cfg.muon_dtype == AUTO else getattr(torch, cfg.muon_dtype)
     optimizer = model.setup_optimizer(unembedding_lr=recipe["unembedding_lr"], embedding_lr=recipe["embedding_lr"],
                                       matrix_lr=recipe["matrix_lr"], scalar_lr=recipe["scalar_lr"], smear_lr=cfg.smear_lr,
+                                      backout_lr=cfg.backout_lr,
                                       weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype)
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
