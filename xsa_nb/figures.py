@@ -220,7 +220,8 @@ def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) 
             ax.plot([r["diff"]], [y], "o", mfc="none", color=colour)
     ax.set_yticks(range(len(comparisons)), [label for label, _ in reversed(comparisons)], fontsize=8)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set(xlabel="difference in validation bits per byte (< 0: lower than the reference)", title=title)
+    ax.set(xlabel="difference in validation bits per byte (< 0: lower than the reference)")
+    fig.suptitle(title, fontsize=11)  # centred over the labels too: a long title stays inside the figure
     ax.grid(alpha=0.3, axis="x")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v != "jumps"]
     handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", color="tab:blue", label="exploratory (1 seed)"))

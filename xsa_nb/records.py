@@ -310,12 +310,14 @@ def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
     return after["pair"] | arms_verdict, {arm: c | v for (arm, c), v in zip(changes.items(), change_verdicts)}
 
 
-def effect_family(before: dict, after: dict) -> tuple[dict, dict, dict]:
-    """Two recipes' `seed_study`s of the same arms read as one family under Holm: second arm − first at the first
-    recipe, the same at the second, and how the recipe moves that effect (each seed's effect at the second recipe less
-    its effect at the first, paired by seed); each with its interval and verdict."""
-    _same_arms_and_seeds(before, after, "effect_family")
-    pairs = [before["pair"], after["pair"], paired_difference(before["diff"], after["diff"])]
+def effect_family(before: dict, *after: dict) -> tuple[dict, ...]:
+    """Recipes' `seed_study`s of the same arms read as one family under Holm: second arm − first at the first recipe
+    (`before`), the same at each later one (`after`), then how each later recipe moves that effect (each seed's effect
+    there less its effect at `before`, paired by seed); each with its interval and verdict."""
+    need(len(after) >= 1, "effect_family needs a second recipe's seed study to compare the first's with")
+    for later in after:
+        _same_arms_and_seeds(before, later, "effect_family")
+    pairs = [before["pair"], *(s["pair"] for s in after), *(paired_difference(before["diff"], s["diff"]) for s in after)]
     return tuple(p | v for p, v in zip(pairs, family_verdicts(pairs)))
 
 
