@@ -33,7 +33,7 @@ from .tokenizer import Tokenizer, tokenizer_fingerprint
 from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, repo_root
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'RECORD_FILES',
+__all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'ADDED_OPTIONS', 'RECORD_FILES',
            'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state',
            'set_rng_state', 'save_checkpoint', 'restore_checkpoint', 'check_checkpoint', 'read_json', 'load_checkpoint',
            'logged_train_time', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step',
@@ -330,18 +330,29 @@ def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) ->
 
 
 UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "wandb_project", "nan_at_step")  # where, and what trains nothing
+ADDED_OPTIONS = ("smear_lr", "backout_lr")
+"""Options added after runs were recorded, each defaulting to what the code did before it: a stored configuration
+without one had its default, and at its default one stays out of the hash, so older run directories still match."""
+
+
+def _defaults(cfg: TrainConfig) -> dict:
+    return {f.name: f.default for f in dataclasses.fields(cfg)}
 
 
 def config_hash(settings: TrainConfig, recipe: dict) -> str:
     "A short hash of everything that decides a run's result: its resolved settings and the recipe derived from them."
-    config = {k: v for k, v in settings.to_dict().items() if k not in UNHASHED_KEYS}
+    default = _defaults(settings)
+    config = {k: v for k, v in settings.to_dict().items()
+              if k not in UNHASHED_KEYS and not (k in ADDED_OPTIONS and v == default[k])}
     return hashlib.sha256(json.dumps({"config": config, "recipe": recipe}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
-    "Keys whose values differ between a saved `config.json` and `cfg` (where it lives and test hooks aside)."
-    now = cfg.to_dict()
-    return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and saved.get(k, "<absent>") != now.get(k))
+    """Keys whose values differ between a saved `config.json` and `cfg` (where it lives and test hooks aside); an
+    option added later (`ADDED_OPTIONS`) that `saved` lacks had its default."""
+    now, default = cfg.to_dict(), _defaults(cfg)
+    was = lambda k: saved.get(k, default[k] if k in ADDED_OPTIONS else "<absent>")
+    return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and was(k) != now.get(k))
 
 
 def _another_configuration(run_dir: Path, what: str) -> ValueError:

@@ -23,11 +23,11 @@ from .utils import atomic_write_text, markdown_table, sphinx_anchor
 # %% auto #0
 __all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL',
            'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS',
-           'NOT_BOS', 'CLAIMS', 'COLUMNS', 'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described',
-           'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'study_levels',
-           'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order',
-           'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'seed_comparison', 'Claim',
-           'section_link', 'claim_rows', 'write_claims']
+           'NOT_BOS', 'CLAIMS', 'COLUMNS', 'NOT_HERE', 'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired',
+           'described', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic',
+           'study_levels', 'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain',
+           'routing_order', 'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'seed_comparison',
+           'Claim', 'section_link', 'not_here', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -294,8 +294,8 @@ def seed_comparison(t: dict, label: str) -> dict | None:
     row = next((r for r in t["studies"] if r["comparison"] == label), None)
     if not row:
         return None
-    out = paired(row, f"d2 {label}, {len(MANY_SEEDS)} seeds")
-    return out | {"verdict": f"{out['verdict']} (family: {row['study']})"}
+    out = paired(row, f"d2 {label}, {row['seeds']} seeds")
+    return out | {"verdict": f"{out['verdict']} (family of {row['family_size']}: {row['study']})"}
 
 
 NOT_BOS = "not a test: the rows measured do not start with BOS"
@@ -313,6 +313,16 @@ class Claim:
     ours: Callable[[dict], dict | None]  # the report's tables → our side, or None: not measured
     section: tuple[str, str]  # (notebook, heading)
     compares: str  # what of theirs and ours compares
+    kept_beside: str = ""  # the preset whose kept studies answer it (`07c_diagnostics`); empty: the report's own tables
+
+
+def _seed_claim(key: str, study: str, claim: str, published: str, label: str, heading: str, compares: str) -> Claim:
+    """A claim answered by a seed study's comparison `label` (`seed_study_rows`): sixteen seeds at its smear rate,
+    said in the claim, with whether that rate is the `cpu` preset's."""
+    rate = label.rsplit("smear_lr ", 1)[1]
+    recipe = "the preset's recipe" if float(rate) == 0.2 else "not the preset's recipe"
+    return Claim(key, study, f"{claim}: sixteen seeds at smear_lr {rate} ({recipe})", published,
+                 lambda t: seed_comparison(t, label), (_STUDIES, heading), compares, kept_beside="cpu")
 
 
 def _shape(depth: int) -> str:
@@ -337,13 +347,11 @@ CLAIMS = (
     Claim("xsa_loss", _XSA, "XSA lowers validation loss (the headline)",
           f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", xsa_bpb,
           (_REPORT, "Study 1: XSA under Muon"), _DIRECTION),
-    *(Claim(key, _XSA, f"XSA lowers validation loss: sixteen seeds, {recipe}",
-            f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", lambda t, label=label: seed_comparison(t, label),
-            (_STUDIES, heading), _DIRECTION)
-      for key, recipe, label, heading in (
-          ("xsa_loss_seeds", "the preset's recipe", XSA_HEAD_16, "XSA over sixteen seeds, at both recipes"),
-          ("xsa_loss_seeds_scaled", "smear rate carried to the batch", XSA_SCALED_16, "XSA over sixteen seeds, at both recipes"),
-          ("xsa_loss_seeds_mid", "a smear rate between the two", XSA_MID_16, "XSA at a smear rate between the two"))),
+    *(_seed_claim(key, _XSA, "XSA lowers validation loss", f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}",
+                  label, heading, _DIRECTION)
+      for key, label, heading in (("xsa_loss_seeds", XSA_HEAD_16, "XSA over sixteen seeds, at both recipes"),
+                                  ("xsa_loss_seeds_scaled", XSA_SCALED_16, "XSA over sixteen seeds, at both recipes"),
+                                  ("xsa_loss_seeds_mid", XSA_MID_16, "XSA at a smear rate between the two"))),
     Claim("xsa_downstream", _XSA, "XSA raises downstream accuracy",
           " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items())
           + f" mean accuracy points over {PUBLISHED_XSA_PAPER['downstream_tasks']} tasks",
@@ -367,11 +375,11 @@ CLAIMS = (
     Claim("xsa_implicit_sink_learned", _XSA, "XSA's implicit sink: an XSA model uses a learned sink less than a baseline",
           "unwanted attention goes to a_ii, and the projection removes it",
           lambda t: study_comparison(t, XSA_SINK, SINK_USE), (_STUDIES, "XSA and the first token"),
-          "direction (ours: mass on a learned sink, mean over layers)"),
+          "direction (ours: mass on a learned sink, mean over layers)", XSA_SINK.preset),
     Claim("xsa_implicit_sink_first_token", _XSA, "XSA's implicit sink takes the mass a baseline parks on the first token",
           "unwanted attention goes to a_ii, and the projection removes it",
           lambda t: study_comparison(t, XSA_SINK, XSA_FIRST, NOT_BOS), (_STUDIES, "XSA and the first token"),
-          "none (ours: mass on each row's first token, mean over layers: a mid-document token, not BOS)"),
+          "none (ours: mass on each row's first token, mean over layers: a mid-document token, not BOS)", XSA_SINK.preset),
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
           f"negligible latency and memory; under Muon within run-to-run noise (early estimate "
           f"{PUBLISHED_XSA_MUON_OVERHEAD_PCT} %)",
@@ -395,7 +403,8 @@ CLAIMS = (
     *(Claim(key, _DELTA, f"{name} concentrates more than AttnRes in deep layers (depth 4)",
             f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
             lambda t, label=label: study_comparison(t, ROUTING_D4, label), (_STUDIES, "Routing at depth 4"),
-            "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points" + fewer + ")")
+            "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points" + fewer + ")",
+            ROUTING_D4.preset)
       for key, name, label, fewer in (
           ("delta_block_max_weight_d4", "Delta Block", DELTA_BLOCK_DEEP,
            f"; the same logit spread reads higher over fewer sources S, and Delta Block routes over fewer: up to "
@@ -409,17 +418,13 @@ CLAIMS = (
           (_REPORT, "Study 3: delta routing"), _PPL),
     Claim("delta_block_ppl", _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity",
           lambda t: routing_vs_standard(t, "delta_block"), (_REPORT, "Study 3: delta routing"), _PPL),
-    *(Claim(key, _DELTA, f"Delta Block lowers perplexity: sixteen seeds, {recipe}", f"{_ppl('delta_block')} perplexity",
-            lambda t, label=label: seed_comparison(t, label), (_STUDIES, heading), _PPL)
-      for key, recipe, label, heading in (
-          ("delta_block_ppl_seeds", "the preset's recipe", BLOCK_HEAD_16, "Delta Block over sixteen seeds"),
-          ("delta_block_ppl_seeds_scaled", "smear rate carried to the batch", BLOCK_SCALED_16,
-           "The smear rate carried to the batch"))),
+    *(_seed_claim(key, _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity", label, heading, _PPL)
+      for key, label, heading in (("delta_block_ppl_seeds", BLOCK_HEAD_16, "Delta Block over sixteen seeds"),
+                                  ("delta_block_ppl_seeds_scaled", BLOCK_SCALED_16, "The smear rate carried to the batch"))),
     Claim("delta_ppl", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity most", f"{_ppl('delta')} perplexity",
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
-    Claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity: sixteen seeds, smear rate "
-          "carried to the batch", f"{_ppl('delta')} perplexity", lambda t: seed_comparison(t, DELTA_SCALED_16),
-          (_STUDIES, "Delta AttnRes at the scaled smear rate"), _PPL),
+    _seed_claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity",
+                f"{_ppl('delta')} perplexity", DELTA_SCALED_16, "Delta AttnRes at the scaled smear rate", _PPL),
     Claim("delta_order", _DELTA, "perplexity order of the residual presets",
           "; ".join(f"{size}: {' < '.join(sorted(ppl, key=ppl.get))}" for size, ppl in PUBLISHED_DELTA_PPL.items()),
           routing_order, (_REPORT, "Study 3: delta routing"), "order only"),
@@ -451,17 +456,26 @@ def section_link(notebook: str, heading: str) -> str:
 COLUMNS = ("key", "study", "claim", "published", "ours", "diff", "ci_low", "ci_high", "level", "verdict", "mde", "seeds",
            "compares", "section")
 "The ledger's CSV columns; the Markdown shows the words, the interval inside `ours`."
+NOT_HERE = "not run for this preset"
+
+
+def not_here(preset: str) -> dict:
+    "Our side of a claim that a study kept beside another `preset` answers: where to read it."
+    return {"ours": f"a study kept beside the {preset} preset answers it: see docs/results/{preset}/claims.md",
+            "verdict": f"{NOT_HERE} (the {preset} preset's study)"}
 
 
 def claim_rows(muon: list[dict], sweep: list[dict], routing: list[dict], conversion: list[dict],
                diagnostics: list[dict], chat: list[dict] = (), studies: list[dict] = (),
-               claims: tuple[Claim, ...] = CLAIMS) -> list[dict]:
-    "One row per claim: theirs, ours from the report's tables (after the family's correction) or studies, or not measured."
+               claims: tuple[Claim, ...] = CLAIMS, preset: str = "") -> list[dict]:
+    """One row per claim: theirs, ours from the report's tables (after the family's correction) or studies, or not
+    measured — or, in the ledger of `preset`, not run for it where a study kept beside another preset answers it."""
     tables = dict(muon=muon, sweep=sweep, routing=routing, conversion=conversion, diagnostics=diagnostics, chat=chat,
                   studies=studies)
     rows = []
     for c in claims:
-        ours = c.ours(tables) or {"ours": NOT_MEASURED, "verdict": NOT_MEASURED}
+        elsewhere = preset and c.kept_beside and c.kept_beside != preset
+        ours = (not_here(c.kept_beside) if elsewhere else c.ours(tables)) or {"ours": NOT_MEASURED, "verdict": NOT_MEASURED}
         unknown = ours.keys() - set(COLUMNS)
         if unknown:
             raise ValueError(f"claim {c.key!r}: our side has columns {sorted(unknown)}; allowed: {COLUMNS}")
@@ -490,8 +504,8 @@ CLAIMS_NOTES = (
     "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics)",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
-    f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; seeds: the paired "
-    "seeds behind ours",
+    f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; '{NOT_HERE}': a "
+    "study kept beside another preset measures it (that preset's ledger shows it); seeds: the paired seeds behind ours",
 )
 
 

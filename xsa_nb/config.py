@@ -69,8 +69,8 @@ class TrainConfig:
     embedding_lr: float = option(0.3, "AdamW rate of the token embedding, at the reference batch")
     unembedding_lr: float = option(0.008, "AdamW rate of lm_head, at the reference batch")
     scalar_lr: float = option(0.5, "AdamW rate of the scalars, gates and routing queries, at the reference batch")
-    smear_lr: float = option(0.2, "AdamW rate of the smear gate and the smear and backout scalars: nanochat's fixed 0.2, "
-                                  "not scaled by batch")
+    smear_lr: float = option(0.2, "AdamW rate of the smear gate and scalar, and of the backout scalar unless backout_lr "
+                                  "is set: nanochat's fixed 0.2, not scaled by batch")
     backout_lr: float = option(0.0, "AdamW rate of the backout scalar alone, or 0 to keep it in the smear group at "
                                     "smear_lr (nanochat)")
     weight_decay: float = option(0.28, "Muon weight decay at the d12 reference, scaled by batch and horizon")

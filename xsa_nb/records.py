@@ -338,28 +338,33 @@ MANY_SEEDS = tuple(range(16))
 SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear")
 "Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA."
 BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16, XSA_MID_16 = (
-    "Delta Block − baseline, nanochat's smear rate", "Delta Block − baseline, scaled smear rate",
-    "Delta AttnRes − baseline, scaled smear rate", "XSA − baseline, nanochat's smear rate",
-    "XSA − baseline, scaled smear rate", "XSA's effect, scaled − nanochat's smear rate",
-    "XSA − baseline, middle smear rate")
-"The labels of the seed studies' comparisons (val bpb, sixteen seeds), in `seed_study_rows`' order."
+    "Delta Block − standard, smear_lr 0.2", "Delta Block − standard, smear_lr 0.0177",
+    "Delta AttnRes − standard, smear_lr 0.0177", "XSA − baseline, smear_lr 0.2", "XSA − baseline, smear_lr 0.0177",
+    "XSA's effect, smear_lr 0.0177 − 0.2", "XSA − baseline, smear_lr 0.0595")
+"""The labels of the seed studies' comparisons (val bpb, sixteen seeds), in `seed_study_rows`' order; 0.2 is nanochat's
+and the `cpu` preset's rate, 0.0177 the one carried to its batch, 0.0595 halfway between them."""
 
 
 def seed_study_rows(results: Path, preset: str) -> list[dict]:
     """The val-bpb comparisons of the seed studies kept under `results` (`docs/results/`) beside `preset`, each at its
-    Holm level in its family (`study`: the family); empty for a preset other than `cpu` or where one is not kept."""
+    Holm level in its family (`study`: the family, of `family_size` comparisons); empty for a preset other than `cpu`
+    or where none is kept, refused where only some are."""
     results = Path(results)
-    if preset != "cpu" or not all((results / d).is_dir() for d in SEED_STUDY_DIRS):
+    missing = [d for d in SEED_STUDY_DIRS if not (results / d).is_dir()]
+    if preset != "cpu" or len(missing) == len(SEED_STUDY_DIRS):
         return []
+    need(not missing, f"the seed studies are kept only in part under {results}: {', '.join(missing)} missing")
     kept = {d: kept_study(results / d) for d in SEED_STUDY_DIRS}
     block_head = seed_study(kept["delta_block_seeds"], MANY_SEEDS)
-    block_scaled, _ = recipe_family(block_head, seed_study(kept["delta_block_smear"], MANY_SEEDS))
+    block_scaled, block_changes = recipe_family(block_head, seed_study(kept["delta_block_smear"], MANY_SEEDS))
     delta = seed_study(kept["delta_block_smear"] | kept["delta_smear"], MANY_SEEDS, ("base", "delta"))
     xsa_head, xsa_scaled, xsa_mid = (seed_study(runs, MANY_SEEDS, ("base", "xsa")) for runs in (
         kept["delta_block_seeds"] | kept["xsa_seeds"], kept["delta_block_smear"] | kept["xsa_smear"], kept["xsa_mid_smear"]))
-    families = (("delta_block_seeds", [own_family(block_head["pair"])]), ("delta_block_smear", [block_scaled]),
-                ("delta_smear", [own_family(delta["pair"])]), ("xsa_seeds + xsa_smear", effect_family(xsa_head, xsa_scaled)),
-                ("xsa_mid_smear", [own_family(xsa_mid["pair"])]))
-    compared = [(family, c) for family, cs in families for c in cs]
-    labels = (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16, XSA_MID_16)
-    return [{"study": family, "comparison": label} | c for label, (family, c) in zip(labels, compared, strict=True)]
+    xsa = effect_family(xsa_head, xsa_scaled)
+    rows = [("delta_block_seeds", 1, BLOCK_HEAD_16, own_family(block_head["pair"])),
+            ("delta_block_smear", 1 + len(block_changes), BLOCK_SCALED_16, block_scaled),
+            ("delta_smear", 1, DELTA_SCALED_16, own_family(delta["pair"])),
+            *(("xsa_seeds + xsa_smear", len(xsa), label, c) for label, c in zip((XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16), xsa,
+                                                                                strict=True)),
+            ("xsa_mid_smear", 1, XSA_MID_16, own_family(xsa_mid["pair"]))]
+    return [{"study": family, "family_size": size, "comparison": label} | c for family, size, label, c in rows]

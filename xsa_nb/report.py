@@ -553,7 +553,8 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "load too); threads: torch's CPU threads; commit: the code that trained it"])
     results = repo_root() / "docs" / "results"
     studies = study_table(results, p.name) + study_levels(results, p.name) + seed_study_rows(results, p.name)
-    files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat, studies), out_dir, p.name)
+    files += write_claims(claim_rows(muon, sweep, routing, conversion, diagnostics, chat, studies, preset=p.name), out_dir,
+                          p.name)
     effects = report_effects(family_members(muon, sweep, routing, conversion, min_seeds=1))  # the family, then 1-seed rows
     files.append(effects_figure(effects, out_dir / "effects.png",
                                 f"Paired comparisons ({p.name} preset): mean and Holm-corrected interval"))
