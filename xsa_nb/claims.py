@@ -15,9 +15,9 @@ from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16, MANY_SEEDS,
-                            ROUTING_D4, SINK_USE, XSA_FIRST, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study,
-                            by_seed, kept_study, layer_mean)
+from .records import (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16, ROUTING_D4,
+                            SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study,
+                            by_seed, headline_config, kept_study, layer_mean, rate_text)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
@@ -319,9 +319,9 @@ class Claim:
 def _seed_claim(key: str, study: str, claim: str, published: str, label: str, heading: str, compares: str) -> Claim:
     """A claim answered by a seed study's comparison `label` (`seed_study_rows`): sixteen seeds at its smear rate,
     said in the claim, with whether that rate is the `cpu` preset's."""
-    rate = label.rsplit("smear_lr ", 1)[1]
-    recipe = "the preset's recipe" if float(rate) == 0.2 else "not the preset's recipe"
-    return Claim(key, study, f"{claim}: sixteen seeds at smear_lr {rate} ({recipe})", published,
+    rate = SEED_STUDY_SMEAR_LR[label]
+    recipe = "the preset's recipe" if rate == headline_config().smear_lr else "not the preset's recipe"
+    return Claim(key, study, f"{claim}: sixteen seeds at smear_lr {rate_text(rate)} ({recipe})", published,
                  lambda t: seed_comparison(t, label), (_STUDIES, heading), compares, kept_beside="cpu")
 
 

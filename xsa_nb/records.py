@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -15,8 +16,10 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 from .checkpoint import copy_records, read_json, read_metrics
+from .config import TrainConfig
 from .core_eval import CORE_TASKS
-from .experiments import Preset, run_name, run_status
+from .experiments import Preset, get_preset, run_name, run_status
+from .recipe import B_REF
 from .stats import family_verdicts, paired_difference
 from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
@@ -24,12 +27,13 @@ from .utils import atomic_write_text, markdown_table, need
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
            'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'SEED_STUDY_DIRS',
-           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_CHANGE_16',
-           'XSA_MID_16', 'read_run', 'read_runs', 'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed',
-           'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows',
-           'keep_records', 'check_one_commit', 'kept_study', 'layer_mean', 'deep_concentration', 'by_seed',
-           'study_rows', 'Study', 'study_table', 'jump_row', 'seed_study', 'recipe_family', 'effect_family',
-           'own_family', 'loss_climb', 'seed_study_rows']
+           'SCALED_SMEAR_LR', 'MID_SMEAR_LR', 'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16',
+           'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
+           'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
+           'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
+           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
+           'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'own_family', 'loss_climb', 'headline_config',
+           'rate_text', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -337,12 +341,32 @@ MANY_SEEDS = tuple(range(16))
 "The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`)."
 SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear")
 "Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA."
-BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16, XSA_MID_16 = (
-    "Delta Block − standard, smear_lr 0.2", "Delta Block − standard, smear_lr 0.0177",
-    "Delta AttnRes − standard, smear_lr 0.0177", "XSA − baseline, smear_lr 0.2", "XSA − baseline, smear_lr 0.0177",
-    "XSA's effect, smear_lr 0.0177 − 0.2", "XSA − baseline, smear_lr 0.0595")
-"""The labels of the seed studies' comparisons (val bpb, sixteen seeds), in `seed_study_rows`' order; 0.2 is nanochat's
-and the `cpu` preset's rate, 0.0177 the one carried to its batch, 0.0595 halfway between them."""
+
+
+def headline_config(**changes) -> TrainConfig:
+    "The cpu preset's headline baseline (d2, 128 wide, 1 M tokens, lr × 4, 256-token rows) with `changes`."
+    return TrainConfig(**(next(r for r in get_preset("cpu").runs if r.name == run_name(2)).params | changes))
+
+
+SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(headline_config().total_batch_size / B_REF)
+"The seed studies' second recipe: nanochat's fixed smear rate carried to the headline's batch by rule 3 (`08a_recipe`)."
+MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
+"A smear rate halfway, on a log scale, between nanochat's fixed 0.2 (the `cpu` preset's) and SCALED_SMEAR_LR."
+
+
+def rate_text(lr: float) -> str:
+    "A smear rate as the seed studies' labels say it: four decimals at most (0.2, 0.0177, 0.0595)."
+    return f"{lr:.4f}".rstrip("0")
+
+
+SEED_STUDY_SMEAR_LR = {f"{arms}, smear_lr {rate_text(lr)}": lr for arms, lr in (
+    ("Delta Block − standard", TrainConfig().smear_lr), ("Delta Block − standard", SCALED_SMEAR_LR),
+    ("Delta AttnRes − standard", SCALED_SMEAR_LR), ("XSA − baseline", TrainConfig().smear_lr),
+    ("XSA − baseline", SCALED_SMEAR_LR), ("XSA − baseline", MID_SMEAR_LR))}
+"The seed studies' comparisons made at one smear rate, by label (val bpb, sixteen seeds), with the rate both arms trained at."
+BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_MID_16 = SEED_STUDY_SMEAR_LR
+XSA_CHANGE_16 = f"XSA's effect, smear_lr {rate_text(SCALED_SMEAR_LR)} − {rate_text(TrainConfig().smear_lr)}"
+"The one comparison across two rates: the per-seed change of XSA's effect from the headline recipe to the scaled."
 
 
 def seed_study_rows(results: Path, preset: str) -> list[dict]:
