@@ -173,7 +173,7 @@ def self_alignment(t: dict) -> dict | None:
     return described(f"{text}; {level['study']} study, untrained → trained: {level['untrained']:.3f} → "
                      f"{level['trained']:.3f}, higher in {level['seeds_higher']} of {level['seeds']} seeds",
                      f"description: {'above' if every else 'not above'} the untrained model in every seed",
-                     seeds=r["seeds"])
+                     seeds=level["seeds"])  # the seeds the description rests on
 
 
 def self_weight(t: dict) -> dict | None:
