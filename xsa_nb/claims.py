@@ -15,9 +15,10 @@ from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16, ROUTING_D4,
-                            SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study,
-                            by_seed, headline_config, kept_study, layer_mean, rate_text)
+from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16,
+                            FRESH_TEXT, ROUTING_D4, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16,
+                            XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study, by_seed, headline_config, kept_study, layer_mean,
+                            rate_text)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
@@ -316,12 +317,13 @@ class Claim:
     kept_beside: str = ""  # the preset whose kept studies answer it (`07c_diagnostics`); empty: the report's own tables
 
 
-def _seed_claim(key: str, study: str, claim: str, published: str, label: str, heading: str, compares: str) -> Claim:
-    """A claim answered by a seed study's comparison `label` (`seed_study_rows`): sixteen seeds at its smear rate,
-    said in the claim, with whether that rate is the `cpu` preset's."""
+def _seed_claim(key: str, study: str, claim: str, published: str, label: str, heading: str, compares: str,
+                seeds: str = "sixteen seeds") -> Claim:
+    """A claim answered by a seed study's comparison `label` (`seed_study_rows`): `seeds` at its smear rate, said in
+    the claim, with whether that rate is the `cpu` preset's."""
     rate = SEED_STUDY_SMEAR_LR[label]
     recipe = "the preset's recipe" if rate == headline_config().smear_lr else "not the preset's recipe"
-    return Claim(key, study, f"{claim}: sixteen seeds at smear_lr {rate_text(rate)} ({recipe})", published,
+    return Claim(key, study, f"{claim}: {seeds} at smear_lr {rate_text(rate)} ({recipe})", published,
                  lambda t: seed_comparison(t, label), (_STUDIES, heading), compares, kept_beside="cpu")
 
 
@@ -338,6 +340,7 @@ _XSA, _MUON, _DELTA = "XSA paper", "XSA under Muon", "Delta AttnRes"
 _DIRECTION = "direction only (theirs: loss; ours: bpb)"
 _PPL = "direction only (theirs: perplexity; ours: bpb)"
 _REPORT, _STUDIES = "12_report", "07c_diagnostics"
+_REPLICATION = "A replication on fresh seeds"
 _gains = PUBLISHED_XSA_PAPER["downstream_gain"]
 _cos = PUBLISHED_XSA_PAPER["self_cos"]
 _dw, _d76, _mem = PUBLISHED_DELTA["max_weight"], PUBLISHED_DELTA["ppl_7.6B"], PUBLISHED_DELTA["memory_1044M"]
@@ -352,6 +355,9 @@ CLAIMS = (
       for key, label, heading in (("xsa_loss_seeds", XSA_HEAD_16, "XSA over sixteen seeds, at both recipes"),
                                   ("xsa_loss_seeds_scaled", XSA_SCALED_16, "XSA over sixteen seeds, at both recipes"),
                                   ("xsa_loss_seeds_mid", XSA_MID_16, "XSA at a smear rate between the two"))),
+    _seed_claim("xsa_loss_seeds_fresh", _XSA, "XSA lowers validation loss (replication, pre-registered)",
+                f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", XSA_FRESH_16, _REPLICATION, _DIRECTION,
+                f"sixteen fresh {FRESH_TEXT}"),
     Claim("xsa_downstream", _XSA, "XSA raises downstream accuracy",
           " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items())
           + f" mean accuracy points over {PUBLISHED_XSA_PAPER['downstream_tasks']} tasks",
@@ -421,6 +427,9 @@ CLAIMS = (
     *(_seed_claim(key, _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity", label, heading, _PPL)
       for key, label, heading in (("delta_block_ppl_seeds", BLOCK_HEAD_16, "Delta Block over sixteen seeds"),
                                   ("delta_block_ppl_seeds_scaled", BLOCK_SCALED_16, "The smear rate carried to the batch"))),
+    _seed_claim("delta_block_ppl_seeds_fresh", _DELTA, "Delta Block lowers perplexity (replication, pre-registered)",
+                f"{_ppl('delta_block')} perplexity", BLOCK_FRESH_16, _REPLICATION, _PPL,
+                f"sixteen fresh {FRESH_TEXT}"),
     Claim("delta_ppl", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity most", f"{_ppl('delta')} perplexity",
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
     _seed_claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity",

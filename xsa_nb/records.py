@@ -26,14 +26,15 @@ from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
-           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'SEED_STUDY_DIRS',
-           'SCALED_SMEAR_LR', 'MID_SMEAR_LR', 'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16',
-           'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
-           'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
-           'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
-           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
-           'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'own_family', 'loss_climb', 'headline_config',
-           'rate_text', 'seed_study_rows']
+           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS', 'FRESH_TEXT',
+           'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR', 'SEED_STUDY_SMEAR_LR',
+           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16',
+           'XSA_FRESH_16', 'BLOCK_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs', 'early_loss_rise', 'write_table',
+           'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits',
+           'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean',
+           'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jump_row', 'seed_study',
+           'recipe_family', 'effect_family', 'holm_family', 'own_family', 'loss_climb', 'headline_config', 'rate_text',
+           'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -310,8 +311,8 @@ def recipe_family(before: dict, after: dict) -> tuple[dict, dict[str, dict]]:
     at the new recipe, and for each arm new recipe − old, paired by seed; each with its interval and verdict."""
     _same_arms_and_seeds(before, after, "recipe_family")
     changes = {arm: paired_difference(before["bpb"][arm], after["bpb"][arm]) for arm in after["arms"]}
-    arms_verdict, *change_verdicts = family_verdicts([after["pair"], *changes.values()])
-    return after["pair"] | arms_verdict, {arm: c | v for (arm, c), v in zip(changes.items(), change_verdicts)}
+    arms, *moved = holm_family(after["pair"], *changes.values())
+    return arms, dict(zip(changes, moved, strict=True))
 
 
 def effect_family(before: dict, *after: dict) -> tuple[dict, ...]:
@@ -321,13 +322,18 @@ def effect_family(before: dict, *after: dict) -> tuple[dict, ...]:
     need(len(after) >= 1, "effect_family needs a second recipe's seed study to compare the first's with")
     for later in after:
         _same_arms_and_seeds(before, later, "effect_family")
-    pairs = [before["pair"], *(s["pair"] for s in after), *(paired_difference(before["diff"], s["diff"]) for s in after)]
-    return tuple(p | v for p, v in zip(pairs, family_verdicts(pairs)))
+    return holm_family(before["pair"], *(s["pair"] for s in after),
+                       *(paired_difference(before["diff"], s["diff"]) for s in after))
+
+
+def holm_family(*pairs: dict) -> tuple[dict, ...]:
+    "Paired comparisons (`paired_difference`) read as one family under Holm: each with its interval at its level, verdict and mde."
+    return tuple(p | v for p, v in zip(pairs, family_verdicts(list(pairs)), strict=True))
 
 
 def own_family(pair: dict) -> dict:
     "A paired comparison (`paired_difference`) read as a family of its own: with its 95 % interval, verdict and mde."
-    return pair | family_verdicts([pair])[0]
+    return holm_family(pair)[0]
 
 
 def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
@@ -338,9 +344,17 @@ def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
 
 # %% ../nbs/12e_records.ipynb #b2859050
 MANY_SEEDS = tuple(range(16))
-"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`)."
-SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear")
-"Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA."
+"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`), all but the replication's."
+FRESH_SEEDS = tuple(range(16, 32))
+"Sixteen seeds that no other seed study trained on: the pre-registered replication's (`07c_diagnostics`)."
+FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
+"FRESH_SEEDS as the claims and notebooks say them."
+REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
+"The replication's pre-registered words for a corrected interval below zero, above it, or neither (`07c_diagnostics`)."
+SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear",
+                   "smear_replication")
+"""Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA,
+then the replication on FRESH_SEEDS."""
 
 
 def headline_config(**changes) -> TrainConfig:
@@ -349,22 +363,25 @@ def headline_config(**changes) -> TrainConfig:
 
 
 SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(headline_config().total_batch_size / B_REF)
-"The seed studies' second recipe: nanochat's fixed smear rate carried to the headline's batch by rule 3 (`08a_recipe`)."
+"The scaled smear rate (07c's third recipe): nanochat's fixed smear rate carried to the headline's batch by rule 3 (`08a_recipe`)."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
 "A smear rate halfway, on a log scale, between nanochat's fixed 0.2 (the `cpu` preset's) and SCALED_SMEAR_LR."
 
 
 def rate_text(lr: float) -> str:
     "A smear rate as the seed studies' labels say it: four decimals at most (0.2, 0.0177, 0.0595)."
-    return f"{lr:.4f}".rstrip("0")
+    return f"{lr:.4f}".rstrip("0").rstrip(".")
 
 
-SEED_STUDY_SMEAR_LR = {f"{arms}, smear_lr {rate_text(lr)}": lr for arms, lr in (
-    ("Delta Block − standard", TrainConfig().smear_lr), ("Delta Block − standard", SCALED_SMEAR_LR),
-    ("Delta AttnRes − standard", SCALED_SMEAR_LR), ("XSA − baseline", TrainConfig().smear_lr),
-    ("XSA − baseline", SCALED_SMEAR_LR), ("XSA − baseline", MID_SMEAR_LR))}
-"The seed studies' comparisons made at one smear rate, by label (val bpb, sixteen seeds), with the rate both arms trained at."
-BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_MID_16 = SEED_STUDY_SMEAR_LR
+SEED_STUDY_SMEAR_LR = {f"{arms}, smear_lr {rate_text(lr)}{seeds}": lr for arms, lr, seeds in (
+    ("Delta Block − standard", TrainConfig().smear_lr, ""), ("Delta Block − standard", SCALED_SMEAR_LR, ""),
+    ("Delta AttnRes − standard", SCALED_SMEAR_LR, ""), ("XSA − baseline", TrainConfig().smear_lr, ""),
+    ("XSA − baseline", SCALED_SMEAR_LR, ""), ("XSA − baseline", MID_SMEAR_LR, ""),
+    ("XSA − baseline", SCALED_SMEAR_LR, " (replication)"), ("Delta Block − standard", SCALED_SMEAR_LR, " (replication)"))}
+"""The seed studies' comparisons made at one smear rate, by label (val bpb, sixteen seeds: MANY_SEEDS, or FRESH_SEEDS
+where the label says replication), with the rate both arms trained at."""
+(BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_MID_16, XSA_FRESH_16,
+ BLOCK_FRESH_16) = SEED_STUDY_SMEAR_LR
 XSA_CHANGE_16 = f"XSA's effect, smear_lr {rate_text(SCALED_SMEAR_LR)} − {rate_text(TrainConfig().smear_lr)}"
 "The one comparison across two rates: the per-seed change of XSA's effect from the headline recipe to the scaled."
 
@@ -385,10 +402,14 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
     xsa_head, xsa_scaled, xsa_mid = (seed_study(runs, MANY_SEEDS, ("base", "xsa")) for runs in (
         kept["delta_block_seeds"] | kept["xsa_seeds"], kept["delta_block_smear"] | kept["xsa_smear"], kept["xsa_mid_smear"]))
     xsa = effect_family(xsa_head, xsa_scaled)
+    replication = holm_family(*(seed_study(kept["smear_replication"], FRESH_SEEDS, ("base", arm))["pair"]
+                                for arm in ("xsa", "delta_block")))
     rows = [("delta_block_seeds", 1, BLOCK_HEAD_16, own_family(block_head["pair"])),
             ("delta_block_smear", 1 + len(block_changes), BLOCK_SCALED_16, block_scaled),
             ("delta_smear", 1, DELTA_SCALED_16, own_family(delta["pair"])),
             *(("xsa_seeds + xsa_smear", len(xsa), label, c) for label, c in zip((XSA_HEAD_16, XSA_SCALED_16, XSA_CHANGE_16), xsa,
                                                                                 strict=True)),
-            ("xsa_mid_smear", 1, XSA_MID_16, own_family(xsa_mid["pair"]))]
+            ("xsa_mid_smear", 1, XSA_MID_16, own_family(xsa_mid["pair"])),
+            *(("smear_replication", len(replication), label, c)
+              for label, c in zip((XSA_FRESH_16, BLOCK_FRESH_16), replication, strict=True))]
     return [{"study": family, "family_size": size, "comparison": label} | c for family, size, label, c in rows]
