@@ -15,8 +15,8 @@ from pathlib import Path
 
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_SCALED_16,
-                            FRESH_TEXT, ROUTING_D4, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16,
+from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_FRESH_16,
+                            DELTA_SCALED_16, FRESH_TEXT, REPLICATION_WORDS, ROUTING_D4, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16,
                             XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study, by_seed, headline_config, kept_study, layer_mean,
                             rate_text)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
@@ -291,12 +291,14 @@ def study_comparison(t: dict, study: Study, label: str, caveat: str = "") -> dic
 
 def seed_comparison(t: dict, label: str) -> dict | None:
     """One val-bpb comparison of the seed studies kept beside the preset (`seed_study_rows`, `12e_records`): the two
-    arms paired over sixteen seeds, at the Holm level of its family, which the verdict names."""
+    arms paired over sixteen seeds, at the Holm level of its family, which the verdict names; a pre-registered study's
+    verdict in its pre-registered words (`REPLICATION_WORDS`)."""
     row = next((r for r in t["studies"] if r["comparison"] == label), None)
     if not row:
         return None
     out = paired(row, f"d2 {label}, {row['seeds']} seeds")
-    return out | {"verdict": f"{out['verdict']} (family of {row['family_size']}: {row['study']})"}
+    verdict = REPLICATION_WORDS[out["verdict"]] if row["preregistered"] else out["verdict"]
+    return out | {"verdict": f"{verdict} (family of {row['family_size']}: {row['study']})"}
 
 
 NOT_BOS = "not a test: the rows measured do not start with BOS"
@@ -434,6 +436,9 @@ CLAIMS = (
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
     _seed_claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity",
                 f"{_ppl('delta')} perplexity", DELTA_SCALED_16, "Delta AttnRes at the scaled smear rate", _PPL),
+    _seed_claim("delta_ppl_seeds_fresh", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity (replication, "
+                "pre-registered)", f"{_ppl('delta')} perplexity", DELTA_FRESH_16, "Delta AttnRes on the fresh seeds", _PPL,
+                f"sixteen fresh {FRESH_TEXT}"),
     Claim("delta_order", _DELTA, "perplexity order of the residual presets",
           "; ".join(f"{size}: {' < '.join(sorted(ppl, key=ppl.get))}" for size, ppl in PUBLISHED_DELTA_PPL.items()),
           routing_order, (_REPORT, "Study 3: delta routing"), "order only"),
@@ -510,7 +515,8 @@ CLAIMS_NOTES = (
     "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
     "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model); "
     "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
-    "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics)",
+    "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics); a pre-registered "
+    "replication's (fresh seeds) says replicates / contradicts in their place",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; '{NOT_HERE}': a "

@@ -27,14 +27,14 @@ from .utils import atomic_write_text, markdown_table, need
 # %% auto #0
 __all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
            'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS', 'FRESH_TEXT',
-           'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR', 'SEED_STUDY_SMEAR_LR',
-           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16',
-           'XSA_FRESH_16', 'BLOCK_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs', 'early_loss_rise', 'write_table',
-           'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits',
-           'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean',
-           'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table', 'jump_row', 'seed_study',
-           'recipe_family', 'effect_family', 'holm_family', 'own_family', 'loss_climb', 'headline_config', 'rate_text',
-           'seed_study_rows']
+           'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR',
+           'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16',
+           'XSA_MID_16', 'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
+           'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
+           'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
+           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
+           'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family', 'own_family', 'loss_climb',
+           'headline_config', 'rate_text', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -346,15 +346,17 @@ def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
 MANY_SEEDS = tuple(range(16))
 "The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`), all but the replication's."
 FRESH_SEEDS = tuple(range(16, 32))
-"Sixteen seeds that no other seed study trained on: the pre-registered replication's (`07c_diagnostics`)."
+"Sixteen seeds that no other seed study trained on: the pre-registered replications' (`07c_diagnostics`)."
 FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
 "FRESH_SEEDS as the claims and notebooks say them."
 REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
 "The replication's pre-registered words for a corrected interval below zero, above it, or neither (`07c_diagnostics`)."
 SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear",
-                   "smear_replication")
+                   "smear_replication", "delta_smear_replication")
 """Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA,
-then the replication on FRESH_SEEDS."""
+then the replications on FRESH_SEEDS."""
+PREREGISTERED = ("smear_replication", "delta_smear_replication")
+"The seed studies whose prediction and test were committed before any of their runs was made (`07c_diagnostics`)."
 
 
 def headline_config(**changes) -> TrainConfig:
@@ -377,19 +379,20 @@ SEED_STUDY_SMEAR_LR = {f"{arms}, smear_lr {rate_text(lr)}{seeds}": lr for arms, 
     ("Delta Block − standard", TrainConfig().smear_lr, ""), ("Delta Block − standard", SCALED_SMEAR_LR, ""),
     ("Delta AttnRes − standard", SCALED_SMEAR_LR, ""), ("XSA − baseline", TrainConfig().smear_lr, ""),
     ("XSA − baseline", SCALED_SMEAR_LR, ""), ("XSA − baseline", MID_SMEAR_LR, ""),
-    ("XSA − baseline", SCALED_SMEAR_LR, " (replication)"), ("Delta Block − standard", SCALED_SMEAR_LR, " (replication)"))}
+    ("XSA − baseline", SCALED_SMEAR_LR, " (replication)"), ("Delta Block − standard", SCALED_SMEAR_LR, " (replication)"),
+    ("Delta AttnRes − standard", SCALED_SMEAR_LR, " (replication)"))}
 """The seed studies' comparisons made at one smear rate, by label (val bpb, sixteen seeds: MANY_SEEDS, or FRESH_SEEDS
 where the label says replication), with the rate both arms trained at."""
 (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_MID_16, XSA_FRESH_16,
- BLOCK_FRESH_16) = SEED_STUDY_SMEAR_LR
+ BLOCK_FRESH_16, DELTA_FRESH_16) = SEED_STUDY_SMEAR_LR
 XSA_CHANGE_16 = f"XSA's effect, smear_lr {rate_text(SCALED_SMEAR_LR)} − {rate_text(TrainConfig().smear_lr)}"
 "The one comparison across two rates: the per-seed change of XSA's effect from the headline recipe to the scaled."
 
 
 def seed_study_rows(results: Path, preset: str) -> list[dict]:
     """The val-bpb comparisons of the seed studies kept under `results` (`docs/results/`) beside `preset`, each at its
-    Holm level in its family (`study`: the family, of `family_size` comparisons); empty for a preset other than `cpu`
-    or where none is kept, refused where only some are."""
+    Holm level in its family (`study`: the family, of `family_size` comparisons; `preregistered`: one of
+    PREREGISTERED); empty for a preset other than `cpu` or where none is kept, refused where only some are."""
     results = Path(results)
     missing = [d for d in SEED_STUDY_DIRS if not (results / d).is_dir()]
     if preset != "cpu" or len(missing) == len(SEED_STUDY_DIRS):
@@ -404,6 +407,7 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
     xsa = effect_family(xsa_head, xsa_scaled)
     replication = holm_family(*(seed_study(kept["smear_replication"], FRESH_SEEDS, ("base", arm))["pair"]
                                 for arm in ("xsa", "delta_block")))
+    delta_fresh = seed_study(kept["smear_replication"] | kept["delta_smear_replication"], FRESH_SEEDS, ("base", "delta"))
     rows = [("delta_block_seeds", 1, BLOCK_HEAD_16, own_family(block_head["pair"])),
             ("delta_block_smear", 1 + len(block_changes), BLOCK_SCALED_16, block_scaled),
             ("delta_smear", 1, DELTA_SCALED_16, own_family(delta["pair"])),
@@ -411,5 +415,7 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
                                                                                 strict=True)),
             ("xsa_mid_smear", 1, XSA_MID_16, own_family(xsa_mid["pair"])),
             *(("smear_replication", len(replication), label, c)
-              for label, c in zip((XSA_FRESH_16, BLOCK_FRESH_16), replication, strict=True))]
-    return [{"study": family, "family_size": size, "comparison": label} | c for family, size, label, c in rows]
+              for label, c in zip((XSA_FRESH_16, BLOCK_FRESH_16), replication, strict=True)),
+            ("delta_smear_replication", 1, DELTA_FRESH_16, own_family(delta_fresh["pair"]))]
+    return [{"study": family, "family_size": size, "comparison": label, "preregistered": family in PREREGISTERED} | c
+            for family, size, label, c in rows]
