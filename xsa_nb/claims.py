@@ -202,9 +202,15 @@ ADJACENT_ORDER = ("attnres", "delta_block", "delta")
 
 
 def routing_vs_standard(t: dict, residual: str) -> dict | None:
-    "One routing preset − the standard residual in val bpb, at our smallest routing depth."
+    """One routing preset − the standard residual in val bpb, at our smallest routing depth; where the report counts
+    the preset's early jumps (`jumped`), the verdict says how many of its seeds jumped."""
     r = routed(t).get(residual)
-    return paired(r, f"{r['size']} {residual} − standard") if r else None
+    if not r:
+        return None
+    out = paired(r, f"{r['size']} {residual} − standard")
+    if r.get("jumped") is None:
+        return out
+    return out | {"verdict": f"{out['verdict']} ({r['jumped']} of {r['seeds']} seeds jumped)"}
 
 
 def attnres_vs_plain(t: dict) -> dict | None:
@@ -516,7 +522,9 @@ CLAIMS_NOTES = (
     "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model); "
     "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
     "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics); a pre-registered "
-    "replication's (fresh seeds) says replicates / contradicts in their place",
+    "replication's row (fresh seeds 16–31) says replicates / contradicts in place of better / worse; a routing "
+    "preset's verdict against the standard residual says how many of its seeds' losses jumped early (the routing "
+    "table's jumped: at a few seeds such a verdict can follow the jumps, 07c_diagnostics)",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; '{NOT_HERE}': a "

@@ -344,13 +344,13 @@ def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
 
 # %% ../nbs/12e_records.ipynb #b2859050
 MANY_SEEDS = tuple(range(16))
-"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`), all but the replication's."
+"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`), all but the replications'."
 FRESH_SEEDS = tuple(range(16, 32))
 "Sixteen seeds that no other seed study trained on: the pre-registered replications' (`07c_diagnostics`)."
 FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
 "FRESH_SEEDS as the claims and notebooks say them."
 REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
-"The replication's pre-registered words for a corrected interval below zero, above it, or neither (`07c_diagnostics`)."
+"The replications' pre-registered words for a corrected interval below zero, above it, or neither (`07c_diagnostics`)."
 SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear",
                    "smear_replication", "delta_smear_replication")
 """Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA,

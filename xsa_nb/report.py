@@ -19,9 +19,9 @@ from .figures import early_loss_figure, effects_figure, routing_figures, xsa_muo
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
-from .records import (BPB_UNITS, check_one_commit, context_notes, core_result, offline_core_tasks,
-                            per_run_rows, read_runs, seed_runs, seed_study_rows, study_table, val_bpb_by_seed,
-                            write_table)
+from .records import (BPB_UNITS, JUMP_NATS, check_one_commit, context_notes, core_result, early_loss_rise,
+                            offline_core_tasks, per_run_rows, read_runs, seed_runs, seed_study_rows, study_table,
+                            val_bpb_by_seed, write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON)
 from .stats import family_verdicts, paired_difference, mean_interval, ratio_interval
@@ -31,9 +31,9 @@ from .utils import atomic_write_text, markdown_table, repo_root
 __all__ = ['XSA_DIAGNOSTICS', 'DIRECTIONS', 'SOURCE_STATS', 'FAMILY_ALPHA', 'COMPARISON', 'JUMP', 'VS_CONTROL', 'REPORT_FILES',
            'PIPELINE_CHECK_BANNER', 'published_source', 'comparison_columns', 'reference_rows', 'xsa_muon_rows',
            'xsa_diagnostic_rows', 'xsa_sweep_rows', 'routed_points', 'point_label', 'concentration_by_point',
-           'routing_point_rows', 'perplexity', 'routing_rows', 'conversion_points', 'conversion_rows', 'jump_ratios',
-           'chatcore_rows', 'family_members', 'first_of_each_label', 'apply_family', 'family_note', 'report_effects',
-           'count_references', 'xsa_seeds_note', 'write_report']
+           'routing_point_rows', 'perplexity', 'early_jumps', 'routing_rows', 'conversion_points', 'conversion_rows',
+           'jump_ratios', 'chatcore_rows', 'family_members', 'first_of_each_label', 'apply_family', 'family_note',
+           'report_effects', 'count_references', 'xsa_seeds_note', 'write_report']
 
 # %% ../nbs/12_report.ipynb #66206eab
 def published_source(depth: int) -> str:
@@ -207,12 +207,19 @@ def perplexity(val_bpb: float, bytes_per_token: float) -> float:
     return math.exp(val_bpb * math.log(2) * bytes_per_token)
 
 
+def early_jumps(runs: dict, depth: int, arm: str, seeds) -> int | None:
+    """How many of `seeds`' runs of `arm` at `depth` jump early: their training loss rises more than JUMP_NATS above
+    its lowest so far (`early_loss_rise`); None where a log is too short to tell."""
+    logs = [runs[run_name(depth, arm, k)].get("train", []) for k in seeds]
+    return sum(early_loss_rise(log)[0] > JUMP_NATS for log in logs) if all(len(log) >= 2 for log in logs) else None
+
+
 def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
     "Study 3 rows: ours per depth and preset (paired with standard over seeds), references, published perplexities."
     s, rows = preset.scale, []
     columns = ["source", "size", "residual", "reference", "seeds", "val_bpb", "perplexity", "change_of", "change_pct",
-               "diff", "sd_diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde", "concentration_final_read",
-               "concentration_mean", "adjacent_source_cos", "router_sources"]
+               "diff", "sd_diff", "ci_low", "ci_high", "level", "p_holm", "verdict", "mde", "jumped",
+               "concentration_final_read", "concentration_mean", "adjacent_source_cos", "router_sources"]
     for depth in s.routing_depths:
         standard = val_bpb_by_seed(runs, depth, "base", s.routing_seeds)  # the seeds the routed rows pair with
         if not standard:
@@ -224,7 +231,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
                                               "residual": "standard", "seeds": len(standard),
                                               "val_bpb": statistics.fmean(standard.values()),
                                               "perplexity": ppl(statistics.fmean(standard.values())),
-                                              "verdict": "reference"})
+                                              "verdict": "reference", "jumped": early_jumps(runs, depth, "base", standard)})
         plain = val_bpb_by_seed(runs, depth, "plain", s.routing_seeds)  # AttnRes's control: no residual scalars
         arms = [("plain", "standard", plain)] if plain else []
         for name in s.routing:
@@ -242,6 +249,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
             rows.append(dict.fromkeys(columns) | {
                 "source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name, "reference": reference,
                 "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), "change_of": "val bpb", **comparison_columns(c),
+                "jumped": early_jumps(runs, depth, name, seeds),
                 "concentration_final_read": statistics.fmean(points["final"]["concentration"].values())
                 if "final" in points else None,
                 "concentration_mean": statistics.fmean(statistics.fmean(p["concentration"].values())
@@ -504,6 +512,10 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "sources (mean); 0 = uniform, as every point is untrained; per point in routing_points",
                              "adjacent_source_cos: mean cosine of neighbouring sources, mean over seeds; memory: router "
                              "sources kept per token (activation memory grows with it); bytes in the benchmark",
+                             f"jumped: the row's seeds whose training loss jumps early, rising more than {JUMP_NATS:g} nat "
+                             "above its lowest so far in the first 64 steps (routing_early_loss.png); at a few seeds a "
+                             "routed arm's verdict can follow how many of its runs jumped (07c_diagnostics: Delta Block "
+                             "over sixteen seeds)",
                              verdict_note, PUBLISHED_NOTES["routing"]], BPB_UNITS)
     files += write_table(routing_point_rows(p, runs), out_dir, "routing_points",
                          "Delta routing: how sharply each routing point routes, over the seeds",
