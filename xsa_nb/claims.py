@@ -16,8 +16,9 @@ from pathlib import Path
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
 from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_FRESH_16,
-                            DELTA_SCALED_16, FRESH_TEXT, REPLICATION_WORDS, ROUTING_D4, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16,
-                            XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study, by_seed, headline_config, kept_study, layer_mean,
+                            DELTA_SCALED_16, EARLY_STEPS, FRESH_TEXT, JUMP_NATS, REPLICATION_WORDS, ROUTING_D4,
+                            SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16, XSA_MID_16,
+                            XSA_SCALED_16, XSA_SINK, Study, by_seed, headline_config, kept_study, layer_mean,
                             rate_text)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
@@ -210,7 +211,7 @@ def routing_vs_standard(t: dict, residual: str) -> dict | None:
     out = paired(r, f"{r['size']} {residual} − standard")
     if r.get("jumped") is None:
         return out
-    return out | {"verdict": f"{out['verdict']} ({r['jumped']} of {r['seeds']} seeds jumped)"}
+    return out | {"verdict": f"{out['verdict']}; early loss jump in {r['jumped']} of {r['seeds']} seeds"}
 
 
 def attnres_vs_plain(t: dict) -> dict | None:
@@ -523,8 +524,9 @@ CLAIMS_NOTES = (
     "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
     "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics); a pre-registered "
     "replication's row (fresh seeds 16–31) says replicates / contradicts in place of better / worse; a routing "
-    "preset's verdict against the standard residual says how many of its seeds' losses jumped early (the routing "
-    "table's jumped: at a few seeds such a verdict can follow the jumps, 07c_diagnostics)",
+    "preset's verdict against the standard residual says in how many of its seeds the training loss jumped early "
+    f"(rose more than {JUMP_NATS:g} nat above its lowest so far in the first {EARLY_STEPS} steps; the routing table's "
+    "jumped): at three seeds such a verdict can follow how many jumped (07c_diagnostics)",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; '{NOT_HERE}': a "

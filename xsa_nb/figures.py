@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .experiments import Preset, run_name
+from .records import EARLY_STEPS
 from .stats import mean_interval
 
 # %% auto #0
@@ -181,7 +182,7 @@ def routing_figures(preset: Preset, runs: dict, concentration: dict[tuple[int, s
     return paths
 
 # %% ../nbs/12d_figures.ipynb #9f637648
-def early_loss_figure(preset: Preset, runs: dict, path: Path, steps: int = 64) -> Path:
+def early_loss_figure(preset: Preset, runs: dict, path: Path, steps: int = EARLY_STEPS) -> Path:
     """The training loss of the baseline, `plain` and each routed arm at the smaller routing depth over their first
     `steps` steps, one line per seed and one panel per arm: an early jump shows as a bump that the tables' means hide."""
     s = preset.scale

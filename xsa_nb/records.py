@@ -25,9 +25,9 @@ from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
-__all__ = ['CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP', 'XSA_FIRST',
-           'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS', 'FRESH_TEXT',
-           'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR',
+__all__ = ['EARLY_STEPS', 'CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP',
+           'XSA_FIRST', 'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS',
+           'FRESH_TEXT', 'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR',
            'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16',
            'XSA_MID_16', 'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
            'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
@@ -57,7 +57,11 @@ def read_runs(preset: Preset, runs_dir: Path) -> dict[str, dict]:
     return {k: v for k, v in runs.items() if v is not None}
 
 # %% ../nbs/12e_records.ipynb #21f57889
-def early_loss_rise(train: list[dict], steps: int = 64) -> tuple[float, int]:
+EARLY_STEPS = 64
+"The first steps of a training log in which an early jump is looked for (`early_loss_rise`, `loss_climb`, the figures)."
+
+
+def early_loss_rise(train: list[dict], steps: int = EARLY_STEPS) -> tuple[float, int]:
     "(largest rise of the training loss above its lowest so far, the step it happened) in a log's first `steps` steps."
     need(len(train) >= 2, f"a training log of {len(train)} step(s) has no rise to measure: two at least are needed")
     low, rise = train[0]["loss"], (float("-inf"), train[0]["step"])
@@ -336,7 +340,7 @@ def own_family(pair: dict) -> dict:
     return holm_family(pair)[0]
 
 
-def loss_climb(train: list[dict], steps: int = 64) -> tuple[float, dict]:
+def loss_climb(train: list[dict], steps: int = EARLY_STEPS) -> tuple[float, dict]:
     "How far the training loss's highest point after step 0, in the first `steps`, lies above the first loss; and its record."
     need(len(train) >= 2, f"a training log of {len(train)} step(s) has no climb to measure: two at least are needed")
     top = max(train[1:steps], key=lambda m: m["loss"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 from .chat_data import CHAT_TASKS
@@ -19,7 +20,7 @@ from .figures import early_loss_figure, effects_figure, routing_figures, xsa_muo
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
-from .records import (BPB_UNITS, JUMP_NATS, check_one_commit, context_notes, core_result, early_loss_rise,
+from .records import (BPB_UNITS, EARLY_STEPS, JUMP_NATS, check_one_commit, context_notes, core_result, early_loss_rise,
                             offline_core_tasks, per_run_rows, read_runs, seed_runs, seed_study_rows, study_table,
                             val_bpb_by_seed, write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
@@ -207,10 +208,10 @@ def perplexity(val_bpb: float, bytes_per_token: float) -> float:
     return math.exp(val_bpb * math.log(2) * bytes_per_token)
 
 
-def early_jumps(runs: dict, depth: int, arm: str, seeds) -> int | None:
+def early_jumps(runs: dict, depth: int, arm: str, seeds: Iterable[int]) -> int | None:
     """How many of `seeds`' runs of `arm` at `depth` jump early: their training loss rises more than JUMP_NATS above
     its lowest so far (`early_loss_rise`); None where a log is too short to tell."""
-    logs = [runs[run_name(depth, arm, k)].get("train", []) for k in seeds]
+    logs = [runs[run_name(depth, arm, k)]["train"] for k in seeds]
     return sum(early_loss_rise(log)[0] > JUMP_NATS for log in logs) if all(len(log) >= 2 for log in logs) else None
 
 
@@ -238,7 +239,8 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
             routed = val_bpb_by_seed(runs, depth, name, s.routing_seeds)
             arms += [(name, "standard", routed)] + ([(name, "plain", routed)] if plain and name == "attnres" else [])
         for name, reference, routed in arms:
-            c = paired_difference(plain if reference == "plain" else standard, routed)
+            against = plain if reference == "plain" else standard
+            c = paired_difference(against, routed)
             if not c["seeds"]:
                 continue
             seeds = sorted(routed)
@@ -249,7 +251,7 @@ def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
             rows.append(dict.fromkeys(columns) | {
                 "source": f"ours ({preset.name})", "size": f"d{depth}", "residual": name, "reference": reference,
                 "val_bpb": c["variant"], "perplexity": ppl(c["variant"]), "change_of": "val bpb", **comparison_columns(c),
-                "jumped": early_jumps(runs, depth, name, seeds),
+                "jumped": early_jumps(runs, depth, name, sorted(routed.keys() & against.keys())),  # the paired seeds
                 "concentration_final_read": statistics.fmean(points["final"]["concentration"].values())
                 if "final" in points else None,
                 "concentration_mean": statistics.fmean(statistics.fmean(p["concentration"].values())
@@ -512,8 +514,9 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              "sources (mean); 0 = uniform, as every point is untrained; per point in routing_points",
                              "adjacent_source_cos: mean cosine of neighbouring sources, mean over seeds; memory: router "
                              "sources kept per token (activation memory grows with it); bytes in the benchmark",
-                             f"jumped: the row's seeds whose training loss jumps early, rising more than {JUMP_NATS:g} nat "
-                             "above its lowest so far in the first 64 steps (routing_early_loss.png); at a few seeds a "
+                             f"jumped: the paired seeds whose run of the row's residual (not its reference) jumps early: "
+                             f"its training loss rises more than {JUMP_NATS:g} nat above its lowest so far in the first "
+                             f"{EARLY_STEPS} steps (routing_early_loss.png); at a few seeds a "
                              "routed arm's verdict can follow how many of its runs jumped (07c_diagnostics: Delta Block "
                              "over sixteen seeds)",
                              verdict_note, PUBLISHED_NOTES["routing"]], BPB_UNITS)
