@@ -179,14 +179,15 @@ def self_alignment(t: dict) -> dict | None:
 
 
 def self_weight(t: dict) -> dict | None:
-    "XSA − baseline in the diagonal attention mass a_ii, at its Holm level in the diagnostics' own family."
+    """XSA − baseline in the diagonal attention mass a_ii, at its Holm level in the diagnostics' own family; the verdict
+    names a_ii, what is measured, not the sink the claim is about."""
     r = diagnostic(t, DIAGONAL)
     if not r:
         return None
     out = paired(r | {"verdict": r["direction"]}, f"d{r['depth']} XSA − baseline a_ii", unit="")
     raised = "; a_ii raised, as an implicit sink predicts; the mechanism itself is not tested" \
         if r["direction"] == "higher" else ""
-    return out | {"ours": out["ours"] + raised, "verdict": f"{r['direction']} (family: xsa_diagnostics)"}
+    return out | {"ours": out["ours"] + raised, "verdict": f"a_ii {r['direction']} (family: xsa_diagnostics)"}
 
 
 def routed(t: dict) -> dict[str, dict]:
