@@ -33,8 +33,8 @@ __all__ = ['EARLY_STEPS', 'CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS',
            'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
            'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
            'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
-           'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family', 'own_family', 'loss_climb',
-           'headline_config', 'rate_text', 'seed_study_rows']
+           'jumps_early', 'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family', 'own_family',
+           'loss_climb', 'headline_config', 'rate_text', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -273,6 +273,11 @@ def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES
 # %% ../nbs/12e_records.ipynb #dd2220df
 JUMP_NATS = 1.0
 "A rise of the training loss above its lowest so far, within `early_loss_rise`'s early steps (nats), that counts as a jump."
+
+
+def jumps_early(train: list[dict]) -> bool:
+    "Whether a training log's loss jumps early: rises more than JUMP_NATS above its lowest so far (`early_loss_rise`)."
+    return early_loss_rise(train)[0] > JUMP_NATS
 
 
 def jump_row(arm: str, rises: dict[int, float], bpb: dict[int, float]) -> dict:

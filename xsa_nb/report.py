@@ -20,7 +20,7 @@ from .figures import early_loss_figure, effects_figure, routing_figures, xsa_muo
 from .experiments import PIPELINE_CHECKS, Preset, Scale, get_preset, run_name
 from .routing import PRESET_SWITCHES
 from .config import TrainConfig, run_tokenizer
-from .records import (BPB_UNITS, EARLY_STEPS, JUMP_NATS, check_one_commit, context_notes, core_result, early_loss_rise,
+from .records import (BPB_UNITS, EARLY_STEPS, JUMP_NATS, check_one_commit, context_notes, core_result, jumps_early,
                             offline_core_tasks, per_run_rows, read_runs, seed_runs, seed_study_rows, study_table,
                             val_bpb_by_seed, write_table)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA_PPL, PUBLISHED_NOTES, PUBLISHED_SHAPES,
@@ -210,9 +210,9 @@ def perplexity(val_bpb: float, bytes_per_token: float) -> float:
 
 def early_jumps(runs: dict, depth: int, arm: str, seeds: Iterable[int]) -> int | None:
     """How many of `seeds`' runs of `arm` at `depth` jump early: their training loss rises more than JUMP_NATS above
-    its lowest so far (`early_loss_rise`); None where a log is too short to tell."""
+    its lowest so far (`jumps_early`); None where a log is too short to tell."""
     logs = [runs[run_name(depth, arm, k)]["train"] for k in seeds]
-    return sum(early_loss_rise(log)[0] > JUMP_NATS for log in logs) if all(len(log) >= 2 for log in logs) else None
+    return sum(map(jumps_early, logs)) if all(len(log) >= 2 for log in logs) else None
 
 
 def routing_rows(preset: Preset, runs: dict, references: dict) -> list[dict]:
