@@ -1,6 +1,6 @@
 """End-to-end properties of the training loop that need separate processes: a run killed mid-way resumes bit for
-bit, a NaN stops the run and leaves a loadable checkpoint, a second writer of a run directory is refused, and
-torchrun with 2 CPU processes matches one process.
+bit (in float32 and under bf16 autocast), a NaN stops the run and leaves a loadable checkpoint, a second writer of a
+run directory is refused, and torchrun with 2 CPU processes matches one process.
 The kill-and-resume and torchrun tests take most of a minute each: they are in the slow tier (`make test-slow`)."""
 import json
 import os
@@ -29,10 +29,11 @@ def spawn_train(run_dir, env=None, **given):
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_bit_for_bit(tmp_path):
-    whole = spawn_train(tmp_path / "whole")  # every run in a fresh process: no state shared with other tests
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # the cpu preset's dtype and cpu-bf16's autocast
+def test_kill_and_resume_is_bit_for_bit(tmp_path, dtype):
+    whole = spawn_train(tmp_path / "whole", dtype=dtype)  # every run in a fresh process: no state shared with other tests
     assert whole.wait(timeout=300) == 0, whole.stderr.read()[-5000:]
-    proc = spawn_train(tmp_path / "killed")
+    proc = spawn_train(tmp_path / "killed", dtype=dtype)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         path = tmp_path / "killed" / "metrics.jsonl"
@@ -44,7 +45,7 @@ def test_kill_and_resume_is_bit_for_bit(tmp_path):
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     killed_at = json.loads((tmp_path / "killed" / "checkpoint" / "meta.json").read_text())["step"]
     assert 0 < killed_at < TINY["steps"]
-    resumed = spawn_train(tmp_path / "killed")
+    resumed = spawn_train(tmp_path / "killed", dtype=dtype)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()[-5000:]
     assert losses(tmp_path / "killed") == losses(tmp_path / "whole")  # exact equality: bit for bit
 
