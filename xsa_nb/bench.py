@@ -854,10 +854,15 @@ BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's spe
 
 def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = BEFORE, shape: Shape = CPU_STUDY,
                      accum: int = 2, rounds: int = 9, compiled: bool = True, cache: Path | str | None = None,
-                     overhead_pairs: int = 3, full_run_pairs: int = 1, bf16: bool | None = None, log=print) -> dict:
-    """The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `bench_cpu_preset.md`.
-    `bf16` (default: where the CPU has bf16 units) adds now's bf16 autocast step and a whole run of `cpu-bf16`."""
+                     overhead_pairs: int = 3, full_run_pairs: int = 1, bf16: bool | None = None,
+                     micro_batches: tuple[int, ...] = (), stem: str = "bench_cpu_preset", log=print) -> dict:
+    """The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `<stem>.md`.
+    `bf16` (default: where the CPU has bf16 units) adds now's bf16 autocast step and a whole run of `cpu-bf16`;
+    each of `micro_batches` (rows) adds now's step with the same tokens split into micro-batches of that many rows."""
     bf16 = cpu_has_bf16_units() if bf16 is None else bf16  # the trainer's own test (oneDNN's)
+    step_rows = shape.batch * accum
+    if any(rows < 1 or step_rows % rows for rows in micro_batches):
+        raise ValueError(f"micro_batches={micro_batches!r}: each must divide the step's {step_rows} rows")
     cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
     old = package_at(before, cache)
     this = importlib.import_module("xsa_nb.bench")
@@ -868,8 +873,14 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
         arms["step, now, compiled"] = trainer_step(this, shape, accum, compile=True)
     if bf16:
         arms["step, now, eager, bf16"] = trainer_step(this, shape, accum, variant="bf16")
+    for rows in micro_batches:  # the same step in other micro-batches: the issue's device batch size
+        split, n = dataclasses.replace(shape, batch=rows), step_rows // rows
+        arms[f"step, now, eager, {rows} rows × {n}"] = trainer_step(this, split, n)
+        if compiled:
+            arms[f"step, now, compiled, {rows} rows × {n}"] = trainer_step(this, split, n, compile=True)
     result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
-                  shape=asdict(shape), accum=accum, ceilings_gflops=ceilings())  # machine_info names the code
+                  shape=asdict(shape), accum=accum, micro_batches=list(micro_batches),
+                  ceilings_gflops=ceilings())  # machine_info names the code
     warm = {}
     for name, fn in arms.items():  # the first call compiles (the compiled arm) and warms the allocator
         start = time.perf_counter()
@@ -902,7 +913,7 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
                     log(f"{key} {label} {i + 1}/{pairs}: {result[key][label][-1]}")
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if out_dir is not None:
-        write_results(result, out_dir, "bench_cpu_preset", preset_speed_markdown)
+        write_results(result, out_dir, stem, preset_speed_markdown)
     return result
 
 
@@ -916,7 +927,9 @@ def preset_speed_markdown(result: dict) -> str:
              f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
              f"{s['vocab']}; a step is {result['accum']} micro-batches ({result['accum'] * s['seq_len'] * s['batch']} "
              f"tokens), an evaluation batch is one micro-batch. Every arm ran in one process, alternating; speed-up is "
-             f"the median over rounds of the `{result['before']}` arm's time over this arm's in the same round.", "",
+             f"the median over rounds of the `{result['before']}` arm's time over this arm's in the same round."
+             + (" An arm named *R rows × A* splits the same step into A micro-batches of R rows."
+                if result.get("micro_batches") else ""), "",
              "| arm | median (ms) | tokens/s | MFU | speed-up | first call (s) |", "|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['arm']} | {r['median_ms']:.1f} | {r['tok_s']:,.0f} | {_fmt(r['mfu'] and 100 * r['mfu'], '.1f')}"
