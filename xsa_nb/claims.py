@@ -428,7 +428,7 @@ CLAIMS = (
           ("delta_max_weight_d4", "per-sublayer Delta AttnRes", DELTA_DEEP, ""))),
     Claim("delta_attnres_routing_alone", _DELTA, "AttnRes vs the standard residual, the routing alone (our control: "
           "neither has nanochat's residual scalars)", f"{_ppl('attnres')} perplexity (against their standard model)",
-          attnres_vs_plain, ("03_routing", "The router, proved on a stack of known sublayers"), _PPL),
+          attnres_vs_plain, ("03_routing", "The router, checked on a stack of known sublayers"), _PPL),
     Claim("delta_attnres_ppl", _DELTA, "AttnRes over cumulative states vs the standard residual (as theirs)",
           f"{_ppl('attnres')} perplexity", lambda t: routing_vs_standard(t, "attnres"),
           (_REPORT, "Study 3: delta routing"), _PPL),
