@@ -98,7 +98,7 @@ TOKENIZER_SHARDS = 8             # shards the tokenizer is trained on (≈ 2e9 c
 PLANNED_CHARS_PER_TOKEN = 4.8    # assumed before a tokenizer exists to measure it
 STATED_PEAK_FLOPS = 989e12       # bf16 dense peak of an H100 / H200 SXM (nanochat's table), for plans without the GPU
 ASSUMED_MFU = 0.4
-RUN_OVERHEAD_SECONDS = 30.0  # start-up and evaluation set-up around a CPU run: 25-32 s measured on the cpu preset
+RUN_OVERHEAD_SECONDS = 10.0  # around a CPU run besides its validation passes: under 10 s (13_bench, bench_cpu_preset.md)
 
 
 def chars_per_token(tokenizer: Tokenizer, data_dir: Path, documents: int = 2000) -> float:
