@@ -32,7 +32,7 @@ from torch import Tensor
 from .model import GPT
 from .muon import orthogonalize
 from .config import TrainConfig, build_model, compute_dtype, cpu_has_bf16_units, matmul_flops, synchronize
-from .published import PUBLISHED_SHAPES
+from .recipe import STUDY_SHAPES
 from .xsa import ATTENTION_BACKENDS, flex_attention_windowed, sdpa_attention, xsa
 from .trainer import build_optimizer
 from .checkpoint import code_version, read_json, read_metrics
@@ -610,8 +610,7 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
     rows = result["rows"] = []
     result["complete"] = False
     for depth in depths:
-        study = PUBLISHED_SHAPES.get(depth, dict(n_embd=-1, n_head=-1))  # the XSA-under-Muon study's; else nanochat's rule
-        width, heads = study["n_embd"], study["n_head"]
+        width, heads = STUDY_SHAPES.get(depth, (-1, -1))  # the XSA-under-Muon study's shapes; else nanochat's rule
         shape = Shape(f"d{depth}", depth, seq_len, batches.get(depth, 16), vocab, window_pattern, width, heads)
         per_layer = max([r["compile_s"] / r["depth"] for r in rows if "compile_s" in r], default=0.0)
         rows += time_variants(shape, list(variants), device, compile, rounds, warmup, None, deadline=deadline,

@@ -6,9 +6,12 @@
 __all__ = ['PUBLISHED_SHAPES', 'PUBLISHED_XSA_MUON', 'PUBLISHED_DELTA_PPL', 'PUBLISHED_CHATCORE', 'PUBLISHED_NOTES',
            'PUBLISHED_XSA_PAPER', 'PUBLISHED_XSA_MUON_OVERHEAD_PCT', 'PUBLISHED_DELTA']
 
+# %% ../nbs/12b_published.ipynb #7f50fc18
+from .recipe import STUDY_SHAPES
+
 # %% ../nbs/12b_published.ipynb #26d05858
-PUBLISHED_SHAPES = {12: dict(n_embd=768, n_head=12), 24: dict(n_embd=1024, n_head=16)}
-"The shapes of the XSA-under-Muon study's d12 and d24 models (head size 64); the GPU presets train these."
+PUBLISHED_SHAPES = {depth: dict(n_embd=width, n_head=heads) for depth, (width, heads) in STUDY_SHAPES.items()}
+"The XSA-under-Muon study's d12 and d24 shapes (head size 64; typed once, in `08a_recipe`); the GPU presets train these."
 PUBLISHED_XSA_MUON = [  # depth, val bpb base, val bpb XSA, Base CORE base, Base CORE XSA
     (12, 0.8484, 0.8457, 0.1602, 0.1508),
     (24, 0.7193, 0.7171, 0.2593, 0.2606),

@@ -17,13 +17,12 @@ from .config import (TrainConfig, is_cache_path, matmul_flops, meta_model, model
 from .core_eval import download_eval_bundle
 from .data import download_shards, iter_documents
 from .model import GPT
-from .published import PUBLISHED_SHAPES
 from .tokenizer import Tokenizer, train_tokenizer
 
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
-           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'scaling_params',
-           'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'STUDY_SHAPES',
+           'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
            'fetch_or_explain', 'prepare_data', 'device_peak_flops', 'run_plan', 'shape_text', 'plan_text',
            'check_run_length']
 
@@ -181,6 +180,9 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
             "estimated_seconds": (flops + eval_flops) / (peak * ASSUMED_MFU * world_size) + overhead}
 
 
+STUDY_SHAPES = {12: (768, 12), 24: (1024, 16)}  # the XSA-under-Muon study's d12 and d24: (width, heads of 64)
+
+
 def shape_text(settings: dict, recipe: dict) -> str:
     "The model's shape and the rule that made it; at depth 12 or 24 by nanochat's rule, how to build the study's."
     r, depth = recipe, recipe["n_layer"]
@@ -189,9 +191,8 @@ def shape_text(settings: dict, recipe: dict) -> str:
         f"nanochat's rule: {settings['aspect_ratio']} × depth, rounded up to a multiple of {settings['head_dim']}"
     line = (f"model: depth {depth}, width {r['n_embd']} ({rule}), {r['n_head']} heads of {r['head_dim']}, "
             f"{r['params']:,} parameters ({r['scaling_params']:,} scaling), {r['flops_per_token']:,} FLOPs per token")
-    study = PUBLISHED_SHAPES.get(depth)  # the XSA-under-Muon study's d12 and d24 (12b_published)
-    if study and (r["n_embd"], r["n_head"]) != (study["n_embd"], study["n_head"]):
-        width, heads = study["n_embd"], study["n_head"]
+    if depth in STUDY_SHAPES and (r["n_embd"], r["n_head"]) != STUDY_SHAPES[depth]:
+        width, heads = STUDY_SHAPES[depth]
         line += (f"\n  not the XSA-under-Muon study's d{depth} ({width} wide, {heads} heads of {width // heads}); "
                  f"that shape is -p n_embd {width} -p n_head {heads}")
     return line
