@@ -878,7 +878,8 @@ def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = 
         arms[f"step, now, eager, {rows} rows × {n}"] = trainer_step(this, split, n)
         if compiled:
             arms[f"step, now, compiled, {rows} rows × {n}"] = trainer_step(this, split, n, compile=True)
-    result = dict(title="The cpu preset's step and evaluation, before and after", machine=machine_info(), before=before,
+    title = "The cpu preset's step " + ("split into other micro-batches" if micro_batches else "and evaluation")
+    result = dict(title=f"{title}, before and after", machine=machine_info(), before=before,
                   shape=asdict(shape), accum=accum, micro_batches=list(micro_batches),
                   ceilings_gflops=ceilings())  # machine_info names the code
     warm = {}
