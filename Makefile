@@ -5,7 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-PRESET ?= cpu
+PRESET ?= finding
+# Runs at once: on two CPU cores, two runs of one thread each (a d2 run gains little from a second thread). A GPU
+# preset on one GPU needs JOBS=1.
+JOBS ?= 2
 STAMP := $(VENV)/.xsa_nb-installed
 
 .PHONY: install test test-slow reproduce docs sync clean
@@ -49,7 +52,7 @@ test-slow: sync
 	$(BIN)/pytest -m slow -n 2 --dist loadgroup
 
 reproduce: install
-	$(BIN)/xsa_nb reproduce --preset $(PRESET)
+	$(BIN)/xsa_nb reproduce --preset $(PRESET) --jobs $(JOBS)
 
 docs: install
 	$(BIN)/xsa_nb docs build

@@ -14,7 +14,7 @@ from pathlib import Path
 from . import bench, data, docs
 from .checkpoint import convert_checkpoint, read_json
 from .core_eval import build_eval_bundle
-from .experiments import PRESETS
+from .experiments import DEFAULT_PRESET, PRESETS, STUDIES
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
 from .runner import RunsFailed, failure_line, project_root, report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
@@ -22,7 +22,8 @@ from .trainer import train
 from .utils import need, repo_root
 
 # %% auto #0
-__all__ = ['run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'build_parser', 'run_preset_command', 'main']
+__all__ = ['PRESET_WHAT', 'run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'presets_text', 'studies_text',
+           'build_parser', 'run_preset_command', 'main']
 
 # %% ../nbs/90_cli.ipynb #e63f6c89
 def _add_data_parser(sub) -> None:
@@ -143,6 +144,30 @@ class ParamsHelp(argparse.Action):
         parser.exit()
 
 
+def presets_text() -> str:
+    "Every preset and study with what it answers, for `reproduce --help`."
+    lines = ["presets (many studies at once):"] + [f"  {n:<20} {PRESET_WHAT.get(n, p.hardware)}" for n, p in PRESETS.items()]
+    lines += ["studies (one question each; `xsa_nb studies` adds their verdicts):"]
+    lines += [f"  {n:<20} {s.question}" for n, s in STUDIES.items()]
+    return "\n".join(lines)
+
+
+PRESET_WHAT = {"smoke": "a pipeline check in minutes: tiny models, every table and figure written",
+               "cpu": "all three papers' claims at d2 with nanochat's recipe: 37 runs, about 40 min on 2 cores",
+               "cpu-bf16": "the cpu preset under bf16 autocast (a CPU with bf16 units)",
+               "gpu-smoke": "the GPU path in minutes on one GPU, no network",
+               "d12": "every study at depths 6-12 on a GPU node (hours)", "d24": "every study at depths 12-24 (a day)"}
+"What each preset of many studies is for, in a line."
+
+
+def studies_text(results: Path) -> str:
+    "`xsa_nb studies`: one block per study: question, verdicts, runs, folder, command."
+    from xsa_nb.studies import study_summaries  # scipy and matplotlib: only this command pays their import
+    return "\n\n".join(f"{r['study']}{' (pre-registered)' if r['preregistered'] == 'yes' else ''}: {r['question']}\n"
+                        f"  verdicts: {r['verdicts']}\n  runs: {r['runs']} (seeds {r['seeds']}); folder: {r['folder']}\n"
+                        f"  rerun: {r['command']}" for r in study_summaries(results))
+
+
 def build_parser() -> argparse.ArgumentParser:
     "The argument parser of the `xsa_nb` console script."
     p = argparse.ArgumentParser(prog="xsa_nb", description="XSA, Muon and delta depth routing for small GPTs.")
@@ -189,8 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("run_dir", type=Path, help="a run directory whose checkpoint/ holds optimizer.pt and state.pt")
     cv.add_argument("--trust", action="store_true", help="required: say that you trust where the run came from")
 
-    rp = sub.add_parser("reproduce", help="run the main job end to end")
-    rp.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
+    rp = sub.add_parser("reproduce", help="train and evaluate a preset or a study, then write its report",
+                        formatter_class=raw, epilog=presets_text())
+    rp.add_argument("--preset", default=DEFAULT_PRESET, choices=[*PRESETS, *STUDIES], metavar="NAME",
+                    help=f"a preset or study, listed below (default: {DEFAULT_PRESET}, the finding on fresh seeds)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")
     rp.add_argument("--dry-run", action="store_true", help="print every run's resolved plan and stop (trains nothing)")
     rp.add_argument("--jobs", type=int, default=1, help="runs at once, each its own process: the CPU threads split "
@@ -202,9 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--account", default="", help="Slurm account of the jobs")
     rp.add_argument("--time-min", type=int, default=0, help="each job's time limit (default: 1.5 x its plan + 30 min)")
     rr = sub.add_parser("report", help="write a preset's tables and figures (nbs/12_report.ipynb through papermill)")
-    rr.add_argument("--preset", default="cpu", choices=list(PRESETS), help="experiment preset (default: cpu)")
+    rr.add_argument("--preset", default=DEFAULT_PRESET, choices=[*PRESETS, *STUDIES], metavar="NAME",
+                    help=f"a preset or study (default: {DEFAULT_PRESET}; `xsa_nb studies` lists them)")
     rr.add_argument("--from-records", action="store_true",
-                    help="from the records kept in docs/results/PRESET/runs/ alone (no run directories needed)")
+                    help="from the records kept under docs/results/ alone (no run directories needed)")
+    sub.add_parser("studies", help="list every study: its question, runs, verdicts, folder and command")
     return p
 
 
@@ -221,7 +250,7 @@ def run_preset_command(args: argparse.Namespace) -> None:
         need(not (args.partition or args.account or args.time_min),
              "--partition, --account and --time-min are options of --executor slurm|local, which was not given")
         reproduce(args.preset, nproc=args.nproc, dry_run=args.dry_run, jobs=args.jobs, only=args.only)
-        if args.preset == "cpu" and not (args.dry_run or args.only):  # the README shows the cpu headline table
+        if args.preset == DEFAULT_PRESET and not (args.dry_run or args.only):  # the README shows its headline table
             docs.sync_readme()
 
 
@@ -241,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             docs.execute_notebook(args.notebook, args.out, flags=flags)
     elif args.command == "data":
         run_data_command(args)
+    elif args.command == "studies":
+        print(studies_text(project_root() / "docs" / "results"))
     elif args.command in ("train", "eval"):
         return run_command(args)
     elif args.command == "bench":

@@ -5,18 +5,21 @@
 # %% ../nbs/09_experiments.ipynb #14aa225d
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .chat_data import chat_sample_dir
 from .config import SFTConfig, TrainConfig, validate, validate_sft
 from .published import PUBLISHED_SHAPES
-from .recipe import ASSUMED_MFU, run_plan
+from .recipe import ASSUMED_MFU, B_REF, run_plan
+from .utils import need
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'Run', 'Scale', 'Preset',
-           'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'run_status', 'train_params',
-           'plan_experiment', 'plan_experiment_text']
+__all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
+           'SCALED_SMEAR_LR', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS', 'FINDING_PREDICTION',
+           'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study',
+           'get_preset', 'study_preset', 'run_status', 'train_params', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -63,11 +66,22 @@ class Scale:
 
 @dataclass(frozen=True)
 class Preset:
-    "A named scale with its hardware description and the runs it expands to."
+    "A named scale (or a study of arms over seeds) with its hardware description and the runs it expands to."
     name: str
-    scale: Scale
+    scale: Scale | None                 # None: a study (`study_preset`)
     hardware: str
     runs: tuple[Run, ...]
+    question: str = ""                  # what it answers, in one line
+    folder: str = ""                    # its records' and tables' folder under docs/results/ ("": its name)
+    records: tuple[str, ...] = ()       # older folders under docs/results/ holding runs made before it was a preset
+    prediction: str = ""                # its prediction and test, written before its runs ("": exploratory)
+    arms: tuple[str, ...] = ()          # a study's arms, the reference first
+    seeds: tuple[int, ...] = ()         # a study's seeds, every arm on each
+
+    @property
+    def results(self) -> str:
+        "Its folder under docs/results/."
+        return self.folder or self.name
 
 # %% ../nbs/09_experiments.ipynb #6b6f83d0
 def run_name(depth: int, variant: str = "base", seed: int = 0, seq_len: int | None = None,
@@ -219,10 +233,104 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 
 
 def get_preset(name: str) -> Preset:
-    "The preset called `name`; a ValueError names the allowed ones."
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}: allowed are {', '.join(PRESETS)}")
-    return PRESETS[name]
+    "The preset or study called `name`; a ValueError names the allowed ones."
+    found = PRESETS.get(name) or STUDIES.get(name)
+    need(found is not None, f"unknown preset {name!r}: allowed are {', '.join([*PRESETS, *STUDIES])}")
+    return found
+
+# %% ../nbs/09_experiments.ipynb #370e6b58
+HEADLINE = {k: v for k, v in next(r for r in PRESETS["cpu"].runs if r.name == run_name(2)).params.items() if k != "seed"}
+"The `cpu` preset's headline baseline as TrainConfig options, without its seed: what every study changes."
+SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(HEADLINE["total_batch_size"] / B_REF)
+"nanochat's fixed smear-group rate (0.2) carried to the headline's batch by the √(B / B_REF) rule every other rate follows."
+ARMS = {"base": {}, "xsa": dict(xsa_alpha=1.0), "delta_block": dict(residual="delta_block"), "delta": dict(residual="delta"),
+        "attnres": dict(residual="attnres"), "sink": dict(attn_sink=True), "xsa_sink": dict(xsa_alpha=1.0, attn_sink=True)}
+"The switches of a study's arms, by the name its runs carry (`base`: none)."
+
+
+def study_preset(name: str, question: str, folder: str, arms: tuple[str, ...], seeds, recipe: dict | None = None,
+                 records: tuple[str, ...] = (), prediction: str = "", depth: int = 2) -> Preset:
+    """A study as a preset: each of `arms` (the reference first; names of ARMS) on each of `seeds`, the HEADLINE with
+    `recipe`'s changes; `folder`: its records and tables under docs/results/; `records`: older folders holding its runs."""
+    need(len(arms) >= 2 and arms[0] in ARMS, f"study {name!r}: arms {arms} need a reference and one arm at least")
+    unknown = [a for a in arms if a not in ARMS]
+    need(not unknown, f"study {name!r}: unknown arm(s) {unknown}: allowed are {', '.join(ARMS)}")
+    seeds = tuple(seeds)
+    need(len(seeds) >= 2 and len(set(seeds)) == len(seeds), f"study {name!r}: seeds {seeds} must be two distinct seeds or more")
+    base = HEADLINE | (recipe or {}) | (dict(depth=depth) if depth != HEADLINE["depth"] else {})
+    runs = tuple(Run(run_name(depth, arm, s), base | ARMS[arm] | dict(seed=s), dict(CPU_SCALE.eval))
+                 for s in seeds for arm in arms)
+    for r in runs:
+        validate(TrainConfig(**r.params))
+    return Preset(name, None, "2 CPU cores, fp32, one thread per run", runs, question=question, folder=folder,
+                  records=records, prediction=prediction, arms=arms, seeds=seeds)
+
+
+# %% ../nbs/09_experiments.ipynb #ae09fe88
+QUESTIONS = {
+    "replications": "Do the gains at the smear rate carried to the batch hold on seeds that chose nothing?",
+    "xsa_effect": "Does XSA lower validation bpb under Muon, and what does it do to attention?",
+    "delta_routing": "Do delta routes beat the standard stream and AttnRes, and why do their losses jump early?",
+    "smear_rate": "What does the smear group's learning rate, carried to the batch, change?",
+}
+"The research questions, by the folder under docs/results/ that holds their studies."
+MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
+"A smear rate halfway, on a log scale, between nanochat's fixed 0.2 and SCALED_SMEAR_LR."
+SCALED = dict(smear_lr=SCALED_SMEAR_LR)
+FINDING_SEEDS = tuple(range(32, 40))
+"Eight seeds no earlier study trained on: the default preset's."
+FINDING_PREDICTION = (
+    "Prediction: at d2 with the smear group's rate carried to the batch (smear_lr 0.0177), XSA − baseline, Delta Block − "
+    "baseline and Delta AttnRes − baseline (validation bpb, paired by seed) are each below zero, as on seeds 0–15 and "
+    "16–31. Test: each difference paired over seeds 32–39, the three one family under Holm at α = 0.05; a comparison "
+    "replicates where its corrected interval lies wholly below zero, contradicts where wholly above, and is not resolved "
+    "otherwise, with the smallest effect its seeds would detect. Described, not tested: each effect's size beside seeds "
+    "16–31's, how many seeds fall below zero, and whether any run's loss jumps early. Power: with seeds 16–31's paired "
+    "SDs (0.0032, 0.0017, 0.0019 bpb), eight seeds resolve about 0.0046, 0.0024 and 0.0028 at the family's strictest "
+    "level — a third of each effect seen there (−0.0129, −0.0068, −0.0080).")
+"The default preset's pre-registered prediction and test, committed before any of its runs."
+STUDIES = {s.name: s for s in [
+    study_preset("finding", "Do XSA, Delta Block and Delta AttnRes lower bpb at the scaled smear rate on fresh seeds?",
+                 "replications/finding", ("base", "xsa", "delta_block", "delta"), FINDING_SEEDS, SCALED,
+                 prediction=FINDING_PREDICTION),
+    study_preset("smear-replication", "Do XSA's and Delta Block's gains at the scaled smear rate replicate on seeds 16–31?",
+                 "replications/smear_replication", ("base", "xsa", "delta_block"), range(16, 32), SCALED,
+                 records=("smear_replication",), prediction=("Prediction (committed in c61d1d8, the commit that made its runs, before any of them): XSA − baseline "
+                             "and Delta Block − baseline below zero, as on seeds 0–15. Test: each paired over seeds 16–31, the "
+                             "two one family under Holm; replicates, contradicts or not resolved.")),
+    study_preset("delta-replication", "Does Delta AttnRes's gain at the scaled smear rate replicate on seeds 16–31?",
+                 "replications/delta_replication", ("base", "delta"), range(16, 32), SCALED,
+                 records=("smear_replication", "delta_smear_replication"),
+                 prediction=("Prediction (committed in 0330dea, the commit that made its runs, before any of them): Delta AttnRes − "
+                             "baseline below zero, as on seeds 0–15. Test: paired over seeds 16–31, a family of one; "
+                             "replicates, contradicts or not resolved.")),
+    study_preset("xsa-seeds", "Does XSA lower bpb over sixteen seeds at nanochat's recipe?", "xsa_effect/xsa_seeds",
+                 ("base", "xsa"), range(16), records=("delta_block_seeds", "xsa_seeds")),
+    study_preset("xsa-sink", "Does XSA use a learned attention sink less than the baseline does?", "xsa_effect/xsa_sink",
+                 ("base", "xsa", "xsa_sink", "sink"), range(3), records=("xsa_sink",)),
+    study_preset("delta-block-seeds", "How often does Delta Block's loss jump early, and what does a jump cost?",
+                 "delta_routing/delta_block_seeds", ("base", "delta_block"), range(16), records=("delta_block_seeds",)),
+    study_preset("delta-block-warmup", "Does twice the warmup stop Delta Block's early jumps?",
+                 "delta_routing/delta_block_warmup", ("base", "delta_block"), range(16), dict(warmup_steps=50),
+                 records=("delta_block_warmup",)),
+    study_preset("routing-d4", "At depth 4, does delta routing stay sharper than AttnRes over cumulative states?",
+                 "delta_routing/routing_d4", ("attnres", "delta_block", "delta"), range(3), dict(n_embd=128), depth=4,
+                 records=("routing_d4",)),
+    study_preset("scaled-smear", "With the smear rate carried to the batch, do XSA and the delta routes lower bpb?",
+                 "smear_rate/scaled_smear", ("base", "xsa", "delta_block", "delta"), range(16), SCALED,
+                 records=("delta_block_smear", "delta_smear", "xsa_smear")),
+    study_preset("mid-smear", "Does XSA's gain grow with the smear rate's reduction (a rate halfway)?",
+                 "smear_rate/mid_smear", ("base", "xsa"), range(16), dict(smear_lr=MID_SMEAR_LR), records=("xsa_mid_smear",)),
+    study_preset("slow-smear", "Is it the smear gate and scalar's rate that XSA's gain follows?", "smear_rate/slow_smear",
+                 ("base", "xsa"), range(16), dict(smear_lr=SCALED_SMEAR_LR, backout_lr=TrainConfig().smear_lr),
+                 records=("xsa_slow_smear",)),
+    study_preset("slow-backout", "Is it the backout scalar's rate that XSA's gain follows?", "smear_rate/slow_backout",
+                 ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("xsa_slow_backout",)),
+]}
+"Every study, by name: `xsa_nb studies` lists them, `xsa_nb reproduce --preset NAME` runs one."
+DEFAULT_PRESET = "finding"
+"What `make reproduce` runs: the finding, on fresh seeds."
+
 
 # %% ../nbs/09_experiments.ipynb #1e268e2c
 def run_status(run_dir: Path) -> str:

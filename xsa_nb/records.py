@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from scipy.stats import binomtest
 from .checkpoint import copy_records, read_json, read_metrics
 from .config import TrainConfig
 from .core_eval import CORE_TASKS
-from .experiments import Preset, get_preset, run_name, run_status
-from .recipe import B_REF
+from .experiments import MID_SMEAR_LR, SCALED_SMEAR_LR, Preset, get_preset, run_name, run_status
 from .stats import family_verdicts, paired_difference
 from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
@@ -27,9 +25,9 @@ from .utils import atomic_write_text, markdown_table, need
 # %% auto #0
 __all__ = ['EARLY_STEPS', 'CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP',
            'XSA_FIRST', 'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS',
-           'FRESH_TEXT', 'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SCALED_SMEAR_LR', 'MID_SMEAR_LR',
-           'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16',
-           'XSA_MID_16', 'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
+           'FRESH_TEXT', 'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SEED_STUDY_SMEAR_LR',
+           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16',
+           'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
            'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
            'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
            'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
@@ -371,12 +369,6 @@ PREREGISTERED = ("smear_replication", "delta_smear_replication")
 def headline_config(**changes) -> TrainConfig:
     "The cpu preset's headline baseline (d2, 128 wide, 1 M tokens, lr × 4, 256-token rows) with `changes`."
     return TrainConfig(**(next(r for r in get_preset("cpu").runs if r.name == run_name(2)).params | changes))
-
-
-SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(headline_config().total_batch_size / B_REF)
-"The scaled smear rate (07c's third recipe): nanochat's fixed smear rate carried to the headline's batch by rule 3 (`08a_recipe`)."
-MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
-"A smear rate halfway, on a log scale, between nanochat's fixed 0.2 (the `cpu` preset's) and SCALED_SMEAR_LR."
 
 
 def rate_text(lr: float) -> str:

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, read_json, resolve_run
 from .config import TrainConfig
-from .experiments import Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .experiments import DEFAULT_PRESET, Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
 from .utils import is_integer, need, positive_int
 
@@ -415,7 +415,7 @@ def rehearse(root: Path, runs_dir: Path, presets: tuple[str, ...] = GPU_PRESETS)
     return runs
 
 # %% ../nbs/09b_runner.ipynb #ea6994d1
-def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry_run: bool = False,
+def reproduce(preset: str = DEFAULT_PRESET, root: Path | None = None, nproc: int = 1, dry_run: bool = False,
               log=print, jobs: int = 1, only: list[str] | None = None) -> list[Path]:
     """Train and evaluate every run of `preset` (skipping complete ones), `jobs` at a time, then run 12_report; return
     the report's files. `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or
@@ -441,16 +441,19 @@ def reproduce(preset: str = "cpu", root: Path | None = None, nproc: int = 1, dry
     return files
 
 
-def report(preset: str = "cpu", root: Path | None = None, from_records: bool = False) -> list[Path]:
+def report(preset: str = DEFAULT_PRESET, root: Path | None = None, from_records: bool = False) -> list[Path]:
     """Execute 12_report for `preset` into `runs/<preset>/report.ipynb`; return the report's files.
-    It keeps the records of the complete runs in `docs/results/<preset>/runs/` and writes every table and figure from
+    It keeps the records of the complete runs in `docs/results/<preset>/runs/` (a study's: in its folder) and writes every table and figure from
     them; `from_records`: from the records already kept there alone (a clone without run directories)."""
     from xsa_nb.report import REPORT_FILES  # scipy and matplotlib: only the report pays their import
+    from xsa_nb.studies import STUDY_FILES, write_results_index
 
-    get_preset(preset)
+    p = get_preset(preset)
     root = Path(root or project_root())
     with without_env("IN_TEST"):
         run_papermill(root / "nbs" / "12_report.ipynb", root / "runs" / preset / "report.ipynb",
                       {"preset": preset, "root": str(root), "from_records": from_records}, cwd=root)
-    out = root / "docs" / "results" / preset
-    return [out / name for name in REPORT_FILES]
+    out = root / "docs" / "results" / p.results
+    if p.scale is None:  # the results index lists every study's verdicts
+        write_results_index(root / "docs" / "results")
+    return [out / name for name in (REPORT_FILES if p.scale else STUDY_FILES)]
