@@ -238,7 +238,7 @@ def get_preset(name: str) -> Preset:
     need(found is not None, f"unknown preset {name!r}: allowed are {', '.join([*PRESETS, *STUDIES])}")
     return found
 
-# %% ../nbs/09_experiments.ipynb #370e6b58
+# %% ../nbs/09_experiments.ipynb #068a06bc
 HEADLINE = {k: v for k, v in next(r for r in PRESETS["cpu"].runs if r.name == run_name(2)).params.items() if k != "seed"}
 "The `cpu` preset's headline baseline as TrainConfig options, without its seed: what every study changes."
 SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(HEADLINE["total_batch_size"] / B_REF)
@@ -266,7 +266,7 @@ def study_preset(name: str, question: str, folder: str, arms: tuple[str, ...], s
                   records=records, prediction=prediction, arms=arms, seeds=seeds)
 
 
-# %% ../nbs/09_experiments.ipynb #ae09fe88
+# %% ../nbs/09_experiments.ipynb #e1f9a070
 QUESTIONS = {
     "replications": "Do the gains at the smear rate carried to the batch hold on seeds that chose nothing?",
     "xsa_effect": "Does XSA lower validation bpb under Muon, and what does it do to attention?",
