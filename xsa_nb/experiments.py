@@ -272,6 +272,7 @@ QUESTIONS = {
     "xsa_effect": "Does XSA lower validation bpb under Muon, and what does it do to attention?",
     "delta_routing": "Do delta routes beat the standard stream and AttnRes, and why do their losses jump early?",
     "smear_rate": "What does the smear group's learning rate, carried to the batch, change?",
+    "xsa_size": "Does XSA's gain grow with model size?",
 }
 "The research questions, by the folder under docs/results/ that holds their studies."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
@@ -324,6 +325,8 @@ STUDIES = {s.name: s for s in [
     study_preset("slow-smear", "Is it the smear gate and scalar's rate that XSA's gain follows?", "smear_rate/slow_smear",
                  ("base", "xsa"), range(16), dict(smear_lr=SCALED_SMEAR_LR, backout_lr=TrainConfig().smear_lr),
                  records=("xsa_slow_smear",)),
+    study_preset("xsa-size-pilot", "How much do paired seeds vary at d4 (256 wide)? The pilot that sizes the size study",
+                 "xsa_size/pilot", ("base", "xsa"), range(100, 104), SCALED, depth=4),
     study_preset("slow-backout", "Is it the backout scalar's rate that XSA's gain follows?", "smear_rate/slow_backout",
                  ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("xsa_slow_backout",)),
 ]}
