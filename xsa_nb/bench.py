@@ -5,23 +5,12 @@
 # %% ../nbs/13_bench.ipynb #17257f1e
 from __future__ import annotations
 
-import csv
-import dataclasses
-import functools
-import importlib
-import io
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
-import sys
-import tarfile
-import tempfile
 import time
 from contextlib import nullcontext
-from types import ModuleType
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,26 +20,19 @@ from torch import Tensor
 
 from .model import GPT
 from .muon import orthogonalize
-from .config import TrainConfig, build_model, compute_dtype, cpu_has_bf16_units, matmul_flops, synchronize
+from .config import TrainConfig, build_model, compute_dtype, matmul_flops, synchronize
 from .recipe import STUDY_SHAPES
-from .xsa import ATTENTION_BACKENDS, flex_attention_windowed, sdpa_attention, xsa
 from .trainer import build_optimizer
-from .checkpoint import code_version, read_json, read_metrics
-from .eval import model_bits_per_byte
-from .experiments import get_preset, run_name
-from .runner import train_params
-from .utils import atomic_write_text, cpu_info, median_ratio, need, paired_ms, repo_root
+from .checkpoint import code_version
+from .utils import atomic_write_text, cpu_info
+
 
 # %% auto #0
-__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'CPU_STUDY', 'ATTENTION_SHAPES',
-           'OVERHEAD_SCRIPT', 'BEFORE', 'machine_info', 'ceilings', 'Shape', 'bench_config', 'bench_model',
-           'activation_bytes', 'delta_bound_bytes', 'Trainee', 'make_trainee', 'train_step', 'time_variants',
-           'summarise', 'rate_against_ceiling', 'muon_timing', 'machine_text', 'results_markdown', 'delta_bounds',
-           'target_checks', 'targets_markdown', 'write_results', 'run_bench', 'run_dtype_bench', 'family_comparisons',
-           'dtype_records', 'dtype_records_markdown', 'write_dtype_records', 'run_gpu_bench', 'kernel_names',
-           'attention_check', 'synchronized_ms', 'xsa_dot_check', 'model_step_check', 'profile_step', 'checkout_at',
-           'package_at', 'trainer_step', 'evaluation_pass', 'overhead_records', 'run_overhead', 'run_preset_speed',
-           'preset_speed_markdown']
+__all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'CPU_STUDY', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info',
+           'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes', 'Trainee',
+           'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
+           'format_or_dash', 'machine_text', 'results_markdown', 'delta_bounds', 'target_checks', 'targets_markdown',
+           'write_results', 'run_bench', 'run_gpu_bench', 'profile_step']
 
 # %% ../nbs/13_bench.ipynb #0b9db40c
 def machine_info(device: torch.device | str = "cpu") -> dict:
@@ -102,6 +84,7 @@ class Shape:
 
 CPU_PRESET = Shape("cpu_preset", depth=4, seq_len=256, batch=8, vocab=4096)
 NANOCHAT_D4 = Shape("nanochat_d4", depth=4, seq_len=512, batch=8, vocab=32768)
+CPU_STUDY = Shape("cpu_study", depth=2, seq_len=256, batch=8, vocab=4096)  # the cpu preset's micro-step
 
 
 def bench_config(shape: Shape, variant: str) -> TrainConfig:
@@ -315,7 +298,8 @@ def muon_timing(shapes: dict[tuple[int, int], int] = D12_MUON_SHAPES, batch: int
     return out
 
 # %% ../nbs/13_bench.ipynb #03c09e3b
-def _fmt(x, spec: str) -> str:
+def format_or_dash(x, spec: str) -> str:
+    "`x` formatted by `spec`, or a dash for a value not measured (None)."
     return "–" if x is None else format(x, spec)
 
 
@@ -365,11 +349,11 @@ def results_markdown(result: dict) -> str:
         note = r.get("error") or "; ".join(([f"compile {r['compile_s']:.0f} s"] if "compile_s" in r else []) +
                                            ([f"peak {r['peak_bytes'] / 2**30:.1f} GiB"] if "peak_bytes" in r else []))
         lines.append(f"| {r['shape']} | {r['mode']} | {r['variant']} | {len(r['steps'])} | "
-                     f"{_fmt(r.get('step_s'), '.3f')} | {_fmt(r.get('best_s'), '.3f')} | {_fmt(r.get('tok_s'), '.0f')} | "
-                     f"{_fmt(r.get('mfu'), '.1%')} | {_fmt(r.get('time_ratio'), '.3f')} | "
-                     f"{_fmt(r.get('best_ratio'), '.3f')} | {_fmt(r.get('opt_frac'), '.1%')} | "
-                     f"{_fmt(act and act / 2**20, '.1f')} | "
-                     f"{_fmt(r.get('act_ratio'), '.3f')} | {load} | {note} |")
+                     f"{format_or_dash(r.get('step_s'), '.3f')} | {format_or_dash(r.get('best_s'), '.3f')} | {format_or_dash(r.get('tok_s'), '.0f')} | "
+                     f"{format_or_dash(r.get('mfu'), '.1%')} | {format_or_dash(r.get('time_ratio'), '.3f')} | "
+                     f"{format_or_dash(r.get('best_ratio'), '.3f')} | {format_or_dash(r.get('opt_frac'), '.1%')} | "
+                     f"{format_or_dash(act and act / 2**20, '.1f')} | "
+                     f"{format_or_dash(r.get('act_ratio'), '.3f')} | {load} | {note} |")
     if result.get("delta_bound"):
         lines += ["", "Delta routing memory against its O(L·d) bound (extra saved bytes over the baseline ÷ "
                   "sources × d × tokens × 4 bytes):", "", "| shape | variant | extra (MiB) | bound (MiB) | ratio |",
@@ -487,106 +471,6 @@ def run_bench(out_dir: Path | str | None = "docs/results", rounds: int = 5,
         write_results(result, out_dir, stem)
     return result
 
-# %% ../nbs/13_bench.ipynb #b1f60a02
-CPU_STUDY = Shape("cpu_study", depth=2, seq_len=256, batch=8, vocab=4096)  # the cpu preset's micro-step
-
-
-def run_dtype_bench(out_dir: Path | str | None = "docs/results", shape: Shape = CPU_STUDY, rounds: int = 9,
-                    compiled: bool = True, stem: str = "bench_cpu_dtype", log=print) -> dict:
-    "fp32 against bf16 autocast and against Muon in bf16 at `shape`, eager (and compiled): `<stem>.md`, titled by the CPU."
-    variants, cpu = {shape.name: ["baseline", "bf16", "muon_bf16"]}, cpu_info()
-    title = f"CPU benchmark: bfloat16 at the cpu preset's shape ({cpu['cpu']}; {', '.join(cpu['bf16_units']) or 'no bf16 units'})"
-    return run_bench(out_dir, rounds, (shape,), variants, variants if compiled else {}, muon_shapes={},
-                     focus_rounds=0, stem=stem, title=title, log=log)
-
-# %% ../nbs/13_bench.ipynb #1a2d6221
-def _report_rows(report_dir: Path, name: str) -> list[dict]:
-    "The rows of one of a report's CSV tables (`per_run.csv`, `routing.csv`, ...)."
-    path = Path(report_dir) / name
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such table; write the report with `xsa_nb reproduce` or `xsa_nb report`")
-    return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
-
-
-def family_comparisons(report_dir: Path | str) -> dict[str, dict]:
-    "A report's paired comparisons under Holm's correction (`12_report`), by label: difference, interval, level, verdict."
-    from xsa_nb.claims import JUMP, PAIRED, VS_CONTROL  # the ledger's column maps of a row's comparison
-
-    def comparison(r: dict, cols: dict) -> dict:
-        return {k: r[cols[k]] if k == "verdict" else float(r[cols[k]]) for k in ("diff", "ci_low", "ci_high", "level", "verdict")}
-    out = {}
-    for r in _report_rows(report_dir, "xsa_muon.csv"):  # rows with a level: paired over ≥ 2 seeds, in the family
-        if r["source"].startswith("ours") and r["level"]:
-            out[f"d{r['depth']} {r['variant']} − baseline"] = comparison(r, PAIRED)
-    for r in _report_rows(report_dir, "routing.csv"):
-        if r["source"].startswith("ours") and r["level"]:
-            out[f"{r['size']} {r['residual']} − {r['reference']}"] = comparison(r, PAIRED)
-    for r in _report_rows(report_dir, "routing_conversion.csv"):
-        if r["verdict"] != "control":  # the control is what the others are measured against
-            out[f"converted to {r['converted_to']}: jump"] = comparison(r, JUMP)
-            out[f"converted to {r['converted_to']}: vs control"] = comparison(r, VS_CONTROL)
-    return out
-
-
-def dtype_records(fp32: Path | str = "docs/results/cpu", bf16: Path | str = "docs/results/cpu-bf16",
-                  preset: str = "cpu") -> dict:
-    "bf16 against fp32 over one preset's runs: per run val bpb and seconds, the paired mean difference, every family verdict."
-    from xsa_nb.stats import mean_interval  # scipy: only this comparison pays its import
-
-    a, b = ({r["run"]: r for r in _report_rows(d, "per_run.csv")} for d in (fp32, bf16))
-    fa, fb = family_comparisons(fp32), family_comparisons(bf16)
-    for what, x, y in (("runs", a, b), ("comparisons", fa, fb)):
-        if set(x) != set(y):
-            raise ValueError(f"the reports hold different {what}: only in {fp32}: {sorted(set(x) - set(y))}; "
-                             f"only in {bf16}: {sorted(set(y) - set(x))}")
-    p = get_preset(preset)
-    scratch = {r.name for r in p.runs if not r.after}
-    runs = [dict(run=n, seed=int(a[n]["seed"]), fp32=float(a[n]["val_bpb"]), bf16=float(b[n]["val_bpb"]),
-                 diff=float(b[n]["val_bpb"]) - float(a[n]["val_bpb"]), fp32_train_s=float(a[n]["train_s"]),
-                 bf16_train_s=float(b[n]["train_s"]), from_scratch=n in scratch) for n in a]
-    diffs = [r["diff"] for r in runs if r["from_scratch"]]
-    mean, low, high = mean_interval(diffs)
-    baselines = [a[run_name(p.scale.depths[0], "base", s)] for s in p.scale.seeds]
-    family = [dict(comparison=k, fp32=fa[k], bf16=fb[k], same=fa[k]["verdict"] == fb[k]["verdict"]) for k in fa]
-    return dict(preset=preset, fp32_dir=str(fp32), bf16_dir=str(bf16), runs=runs, family=family,
-                from_scratch=len(diffs), diff=mean, ci_low=low, ci_high=high, run_sd=statistics.stdev(diffs),
-                seed_sd=statistics.stdev(float(r["val_bpb"]) for r in baselines),
-                train_s=dict(fp32=sum(r["fp32_train_s"] for r in runs), bf16=sum(r["bf16_train_s"] for r in runs)),
-                commits=dict(fp32=sorted({r["commit"] for r in a.values()}), bf16=sorted({r["commit"] for r in b.values()})))
-
-
-def _interval(c: dict) -> str:
-    return f"{c['diff']:+.4f} [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] ({100 * c['level']:.2f} %)"
-
-
-def dtype_records_markdown(result: dict) -> str:
-    "The comparison as a page: the summary, every comparison of the family in both reports, every run in both."
-    r, t = result, result["train_s"]
-    lines = [f"# bf16 against fp32 over the `{r['preset']}` preset's runs", "",
-             f"Reports: `{r['fp32_dir']}` (fp32, commit {', '.join(r['commits']['fp32'])}) and `{r['bf16_dir']}` "
-             f"(bf16 autocast, commit {', '.join(r['commits']['bf16'])}). The same runs and seeds; bf16 − fp32 "
-             f"validation bpb over the {r['from_scratch']} runs trained from scratch: mean {r['diff']:+.4f} "
-             f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95 % interval), standard deviation {r['run_sd']:.4f} from run "
-             f"to run; the fp32 baseline's seeds have a standard deviation of {r['seed_sd']:.4f}. Training time of all "
-             f"runs: {t['fp32']:.0f} s fp32, {t['bf16']:.0f} s bf16 ({t['bf16'] / t['fp32']:.2f}×).", "",
-             f"Verdicts the same in both: {sum(c['same'] for c in r['family'])} of the {len(r['family'])} comparisons "
-             "of the report's family (paired over seeds, each interval at its level under Holm's correction).", "",
-             "| comparison | verdict fp32 | verdict bf16 | same | fp32 | bf16 |", "|---|---|---|---|---|---|"]
-    lines += [f"| {c['comparison']} | {c['fp32']['verdict']} | {c['bf16']['verdict']} | "
-              f"{'yes' if c['same'] else '**no**'} | {_interval(c['fp32'])} | {_interval(c['bf16'])} |" for c in r["family"]]
-    lines += ["", "| run | from scratch | val bpb fp32 | val bpb bf16 | bf16 − fp32 | train s fp32 | train s bf16 |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {x['run']} | {'yes' if x['from_scratch'] else 'no'} | {x['fp32']:.4f} | {x['bf16']:.4f} | "
-              f"{x['diff']:+.4f} | {x['fp32_train_s']:.1f} | {x['bf16_train_s']:.1f} |" for x in r["runs"]]
-    return "\n".join(lines) + "\n"
-
-
-def write_dtype_records(out_dir: Path | str = "docs/results", **kwargs) -> dict:
-    "`dtype_records(**kwargs)`, written as `bench_cpu_dtype_records.{json,md}` into `out_dir`."
-    result = dtype_records(**kwargs)
-    write_results(result, out_dir, "bench_cpu_dtype_records", dtype_records_markdown)
-    return result
-
 # %% ../nbs/13_bench.ipynb #8f621b00
 def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.device | str = "cuda",
                   depths: tuple[int, ...] = (12, 24), batches: dict[int, int] | None = None, seq_len: int = 2048,
@@ -629,108 +513,6 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
         write_results(result, out_dir, "gpu_bench")
     return result
 
-# %% ../nbs/13_bench.ipynb #80033abd
-ATTENTION_SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {  # name: (B, T, H, H_kv, D, window)
-    "d24_S": (16, 2048, 16, 16, 64, 512), "d24_L": (16, 2048, 16, 16, 64, -1)}
-
-
-def kernel_names(fn: Callable[[], object], device: torch.device, top: int = 3) -> list[str]:
-    "The `top` kernels (GPU) or operators (CPU) by own time in one call of `fn`, from torch's profiler."
-    activities = [torch.profiler.ProfilerActivity.CPU] + \
-        ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with torch.profiler.profile(activities=activities) as prof:
-        fn()
-        synchronize(device)
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
-    return [e.key for e in events[:top]]
-
-
-def attention_check(device: torch.device | str = "cuda", dtype: torch.dtype = torch.bfloat16,
-                    shapes: dict = ATTENTION_SHAPES, backends: tuple[str, ...] = ATTENTION_BACKENDS,
-                    repeats: int = 10, model_shape: Shape | None = None, log=print) -> dict:
-    "Per attention shape and backend: time, difference from SDPA (output, gradients), top kernels; then one model step."
-    device = torch.device(device)
-    backward = device.type == "cuda"  # torch has no FlexAttention backward on the CPU
-    rows = []
-    for name, (b, t, h, h_kv, d, window) in shapes.items():
-        gen = torch.Generator(device).manual_seed(0)
-        q, k, v = (torch.randn(b, t, n, d, device=device, dtype=dtype, generator=gen, requires_grad=backward)
-                   for n in (h, h_kv, h_kv))
-        g = torch.randn(b, t, h, d, device=device, dtype=dtype, generator=gen)
-        def run(backend):  # the kernel itself: `attend` takes FlexAttention only where a window hides keys
-            kernel = flex_attention_windowed if backend == "flex" else sdpa_attention
-            out = kernel(q, k, v, window).transpose(1, 2)
-            grads = torch.autograd.grad(out, (q, k, v), g) if backward else ()
-            return out, grads
-        results = {bk: run(bk) for bk in backends}  # warm-up (and compilation), and the values compared
-        times = synchronized_ms({bk: functools.partial(run, bk) for bk in backends}, device, repeats)
-        ref_out, ref_grads = results["sdpa"]
-        for bk in backends:
-            out, grads = results[bk]
-            rows.append(dict(shape=name, backend=bk, window=window, ms=statistics.median(times[bk]),
-                             pass_="forward + backward" if backward else "forward",
-                             out_diff=(out - ref_out).abs().max().item(),
-                             grad_diff=max(((a - r).abs().max().item() for a, r in zip(grads, ref_grads)), default=None),
-                             kernels=kernel_names(lambda: run(bk), device)))
-            log(f"{name} {bk}: {rows[-1]['ms']:.2f} ms, output diff {rows[-1]['out_diff']:.2e}")
-    return {"rows": rows, "model_step": model_step_check(device, backends, model_shape, backward)}
-
-
-def synchronized_ms(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, list[float]]:
-    "Wall time (ms) of each callable per repeat, alternating, the device synchronised before the first and after each call."
-    synchronize(device)
-    return paired_ms({name: lambda fn=fn: (fn(), synchronize(device)) for name, fn in fns.items()}, repeats=repeats,
-                     warmup=0, clock=time.perf_counter)
-
-
-def xsa_dot_check(device: torch.device | str = "cuda", dtype: torch.dtype = torch.bfloat16,
-                  shape: tuple[int, ...] = ATTENTION_SHAPES["d24_S"], repeats: int = 10, log=print) -> list[dict]:
-    "XSA's projection, forward + backward, with each dot-product form (compiled on a GPU): time, difference from `bmm`."
-    device = torch.device(device)
-    b, t, h, h_kv, d = shape[:5]  # an attention shape's (B, T, H, H_kv, D); its window is not used
-    gen = torch.Generator(device).manual_seed(1)
-    y, v = (torch.randn(b, t, n, d, device=device, dtype=dtype, generator=gen, requires_grad=True) for n in (h, h_kv))
-    g = torch.randn(b, t, h, d, device=device, dtype=dtype, generator=gen)
-    forms = {"multiply-sum": True, "bmm": False}
-    wrap = torch.compile if device.type == "cuda" else (lambda f: f)
-    projections = {name: wrap(functools.partial(xsa, multiply_sum=m)) for name, m in forms.items()}
-    def run(name):
-        out = projections[name](y, v, 1.0)
-        return (out, *torch.autograd.grad(out, (y, v), g))
-    results = {name: run(name) for name in forms}  # warm-up (and compilation), and the values compared
-    times = synchronized_ms({name: functools.partial(run, name) for name in forms}, device, repeats)
-    rows = [dict(form=name, ms=statistics.median(times[name]), kernels=kernel_names(lambda: run(name), device),
-                 max_diff=max((a - r).abs().max().item() for a, r in zip(results[name], results["bmm"])))
-            for name in forms]
-    log("XSA dot: " + ", ".join(f"{r['form']} {r['ms']:.2f} ms" for r in rows))
-    return rows
-
-
-def model_step_check(device: torch.device, backends: tuple[str, ...], shape: Shape | None = None,
-                     backward: bool = True) -> list[dict]:
-    "One training step (or, without a backward, one forward) of the same GPT on each backend: loss and gradient norm."
-    shape = shape or Shape("d4_sssl", depth=4, seq_len=2048, batch=4, vocab=32768, window_pattern="SSSL")
-    x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(0))
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    rows = []
-    for bk in backends:
-        cfg = dataclasses.replace(bench_config(shape, "baseline"), attention=bk)
-        model = build_model(cfg, shape.vocab, device)  # the seed decides the weights: the same on every backend
-        gen = torch.Generator().manual_seed(1)
-        with torch.no_grad():  # nanochat starts each block's output projections at zero, hiding attention from the loss
-            for block in model.transformer.h:
-                for proj in (block.attn.c_proj, block.mlp.c_proj):
-                    proj.weight.copy_(0.02 * torch.randn(proj.weight.shape, generator=gen))
-        with autocast, torch.set_grad_enabled(backward):
-            loss = model(x.to(device), y.to(device))
-        if backward:
-            loss.backward()
-        norm = torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]).norm().item() \
-            if backward else None
-        rows.append(dict(backend=bk, loss=loss.item(), grad_norm=norm))
-    return rows
-
 # %% ../nbs/13_bench.ipynb #15718f0e
 def profile_step(shape: Shape, variant: str = "baseline", compile: bool = False, rows: int = 15) -> str:
     "Table of the operators taking the most self CPU time in one warm training step of `variant` at `shape`."
@@ -740,214 +522,3 @@ def profile_step(shape: Shape, variant: str = "baseline", compile: bool = False,
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         train_step(t, x, y)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
-
-# %% ../nbs/13_bench.ipynb #6a44ccc9
-def checkout_at(commit: str, dest: Path | str, root: Path | str | None = None) -> Path:
-    "The repository's files at `commit` (`git archive` of `root`), extracted once into `dest/<commit>`."
-    dest = Path(dest)
-    tree = dest / commit
-    if not tree.is_dir():
-        root = Path(root or repo_root())
-        got = subprocess.run(["git", "-C", str(root), "archive", commit], capture_output=True)
-        if got.returncode:
-            raise ValueError(f"commit={commit!r}: git archive in {root} failed: {got.stderr.decode().strip()}")
-        dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=dest) as tmp:  # extracted whole, then renamed: never half there
-            tarfile.open(fileobj=io.BytesIO(got.stdout)).extractall(Path(tmp) / commit, filter="data")
-            os.replace(Path(tmp) / commit, tree)
-    return tree
-
-
-def package_at(commit: str, dest: Path | str, root: Path | str | None = None) -> ModuleType:
-    "`xsa_nb` as it was at `commit` (`checkout_at`), imported beside this one as `xsa_nb_<commit>`."
-    name, dest = f"xsa_nb_{commit}", Path(dest)
-    tree = checkout_at(commit, dest, root)
-    if not (dest / name).exists():
-        (dest / name).symlink_to(tree / "xsa_nb", target_is_directory=True)
-    if str(dest) not in sys.path:
-        sys.path.insert(0, str(dest))
-    importlib.import_module(f"{name}.bench")  # its modules import each other relatively: all from `dest`
-    return importlib.import_module(name)  # with .bench, .eval and what they import
-
-
-def trainer_step(bench: ModuleType, shape: Shape, accum: int, compile: bool = False,
-                 variant: str = "baseline") -> Callable[[], None]:
-    "One optimizer step of `variant` at `shape` by `bench`'s package: `accum` micro-batches, forward (in its autocast) + backward each, then the optimizer."
-    t = bench.make_trainee(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), variant,
-                           "cpu", compile)
-    x, y = torch.randint(0, shape.vocab, (2, accum, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(0))
-
-    def step() -> None:
-        for i in range(accum):
-            with t.autocast():
-                loss = t.forward(x[i], y[i])
-            (loss / accum).backward()
-        t.optimizer.step()
-        t.model.zero_grad(set_to_none=True)
-    return step
-
-
-def evaluation_pass(bench: ModuleType, shape: Shape, bits_per_byte: Callable) -> Callable[[], float]:
-    "Bits per byte of one validation batch of `shape` by `bench`'s model, scored by `bits_per_byte(model, batches, bytes)`."
-    model = bench.bench_model(bench.Shape(shape.name, shape.depth, shape.seq_len, shape.batch, shape.vocab), "baseline")
-    model.eval()
-    x, y = torch.randint(0, shape.vocab, (2, shape.batch, shape.seq_len), generator=torch.Generator().manual_seed(1))
-    ones = torch.ones(shape.vocab, dtype=torch.long)
-
-    def score() -> float:
-        with torch.no_grad():
-            return bits_per_byte(model, [(x, y)], ones)
-    return score
-
-# %% ../nbs/13_bench.ipynb #fca21c04
-OVERHEAD_SCRIPT = """
-import json, sys, time
-from pathlib import Path
-import papermill as pm
-try:
-    from xsa_nb.runner import train_and_evaluate  # how this checkout's runner makes a run
-except ImportError:
-    train_and_evaluate = None                     # older code: a kernel for each notebook
-train, evaluation = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-run_dir = Path(train["run_dir"])
-run_dir.mkdir(parents=True, exist_ok=True)
-start = time.perf_counter()
-if train_and_evaluate is not None:
-    train_and_evaluate("10_train", train, evaluation, run_dir, Path("."), echo=False)
-else:
-    for name, nb, params in (("train", "10_train", train), ("eval", "11_eval", dict(evaluation, run_dir=str(run_dir)))):
-        pm.execute_notebook(f"nbs/{nb}.ipynb", str(run_dir / f"{name}.ipynb"), parameters=params, cwd=".",
-                            progress_bar=False, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-print(json.dumps({"notebooks_s": time.perf_counter() - start, "kernels": 1 if train_and_evaluate else 2}))
-"""  # the run's records are read by `overhead_records`, in this process: the older code has no `read_json`
-
-
-def overhead_records(run_dir: Path) -> dict:
-    """What a timed run's records say: the seconds it trained (`summary.json`) and its validation passes took
-    (`metrics.jsonl`; None where the older code did not time them, 0 s for no passes). A corrupt file is named."""
-    evaluations = [e for e in read_metrics(run_dir)["val"] if "val_bpb" in e]  # the validation passes (not CORE)
-    return {"train_time_s": read_json(Path(run_dir) / "summary.json")["train_time"],
-            "validation_s": sum(e["eval_seconds"] for e in evaluations) if all("eval_seconds" in e for e in evaluations)
-            else None}
-
-
-def run_overhead(checkout: Path | str, run_dir: Path | str, steps: int | None = 8, preset: str = "cpu",
-                 run: str = "d2_base_s0") -> dict:
-    "Wall seconds of `run` of `preset` (cut to `steps`; None: whole) through `10_train` and `11_eval` by `checkout`'s code, its overhead, and the validation passes' part of it."
-    chosen = next((r for r in get_preset(preset).runs if r.name == run), None)
-    need(chosen is not None, f"run={run!r} is not a run of preset {preset!r}")
-    run_dir = Path(run_dir).resolve()  # the same directory here and in the script, which runs in `checkout`
-    shutil.rmtree(run_dir, ignore_errors=True)
-    train = dict(train_params(chosen, run_dir.parent), run_dir=str(run_dir)) | ({} if steps is None else {"steps": steps})
-    evaluation = dict(chosen.eval)
-    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | {"PYTHONPATH": str(Path(checkout).resolve())}
-    got = subprocess.run([sys.executable, "-c", OVERHEAD_SCRIPT, json.dumps(train), json.dumps(evaluation)],
-                         cwd=checkout, env=env, capture_output=True, text=True)
-    if got.returncode:
-        raise RuntimeError(f"run {run} in {checkout} failed:\n{got.stderr[-3000:]}")
-    times = json.loads(got.stdout.strip().splitlines()[-1]) | overhead_records(run_dir)
-    return times | {"overhead_s": times["notebooks_s"] - times["train_time_s"]}
-
-# %% ../nbs/13_bench.ipynb #3540b96f
-BEFORE = "b139747"  # the code the scale-out issue measured the cpu preset's speed at
-
-
-def run_preset_speed(out_dir: Path | str | None = "docs/results", before: str = BEFORE, shape: Shape = CPU_STUDY,
-                     accum: int = 2, rounds: int = 9, compiled: bool = True, cache: Path | str | None = None,
-                     overhead_pairs: int = 3, full_run_pairs: int = 1, bf16: bool | None = None,
-                     micro_batches: tuple[int, ...] = (), stem: str = "bench_cpu_preset", log=print) -> dict:
-    """The cpu preset's step, evaluation batch and per-run overhead, `before` against now, side by side: `<stem>.md`.
-    `bf16` (default: where the CPU has bf16 units) adds now's bf16 autocast step and a whole run of `cpu-bf16`;
-    each of `micro_batches` (rows) adds now's step with the same tokens split into micro-batches of that many rows."""
-    bf16 = cpu_has_bf16_units() if bf16 is None else bf16  # the trainer's own test (oneDNN's)
-    step_rows = shape.batch * accum
-    if any(rows < 1 or step_rows % rows for rows in micro_batches):
-        raise ValueError(f"micro_batches={micro_batches!r}: each must divide the step's {step_rows} rows")
-    cache = Path(cache or Path(tempfile.gettempdir()) / "xsa_nb_versions")
-    old = package_at(before, cache)
-    this = importlib.import_module("xsa_nb.bench")
-    arms = {f"step, {before}, eager": trainer_step(old.bench, shape, accum), "step, now, eager": trainer_step(this, shape, accum),
-            f"evaluation, {before}": evaluation_pass(old.bench, shape, old.eval.bits_per_byte),
-            "evaluation, now": evaluation_pass(this, shape, model_bits_per_byte)}
-    if compiled:
-        arms["step, now, compiled"] = trainer_step(this, shape, accum, compile=True)
-    if bf16:
-        arms["step, now, eager, bf16"] = trainer_step(this, shape, accum, variant="bf16")
-    for rows in micro_batches:  # the same step in other micro-batches: the issue's device batch size
-        split, n = dataclasses.replace(shape, batch=rows), step_rows // rows
-        arms[f"step, now, eager, {rows} rows × {n}"] = trainer_step(this, split, n)
-        if compiled:
-            arms[f"step, now, compiled, {rows} rows × {n}"] = trainer_step(this, split, n, compile=True)
-    title = "The cpu preset's step " + ("split into other micro-batches" if micro_batches else "and evaluation")
-    result = dict(title=f"{title}, before and after", machine=machine_info(), before=before,
-                  shape=asdict(shape), accum=accum, micro_batches=list(micro_batches),
-                  ceilings_gflops=ceilings())  # machine_info names the code
-    warm = {}
-    for name, fn in arms.items():  # the first call compiles (the compiled arm) and warms the allocator
-        start = time.perf_counter()
-        fn()
-        warm[name] = time.perf_counter() - start
-    log(f"warm-up (s): { {k: round(v, 1) for k, v in warm.items()} }")
-    ms = paired_ms(arms, repeats=rounds, warmup=0, clock=time.perf_counter)
-    flops = bench_model(shape, "baseline").estimate_flops()
-    rows = []
-    for name, times in ms.items():
-        kind = name.split(",")[0]
-        tokens = shape.tokens * (accum if kind == "step" else 1)
-        ref = ms[f"{kind}, {before}, eager" if kind == "step" else f"{kind}, {before}"]
-        tok_s = tokens / (statistics.median(times) / 1e3)
-        rows.append(dict(arm=name, median_ms=statistics.median(times), tok_s=tok_s, speedup=median_ratio(ref, times),
-                         mfu=flops * tok_s / (result["ceilings_gflops"]["bf16" if name.endswith("bf16") else "fp32"] * 1e9)
-                         if kind == "step" else None,
-                         first_call_s=warm[name]))
-    result["rows"] = rows
-    with tempfile.TemporaryDirectory() as runs:
-        for key, steps, pairs in (("overhead", 8, overhead_pairs), ("full_run", None, full_run_pairs)):
-            result[key] = {before: [], "now": []}
-            codes = [(before, checkout_at(before, cache), "cpu"), ("now", repo_root(), "cpu")]
-            if bf16 and steps is None:
-                result[key]["now, cpu-bf16"] = []
-                codes.append(("now, cpu-bf16", repo_root(), "cpu-bf16"))
-            for i in range(pairs):  # alternating, as the steps were
-                for label, tree, preset in codes:
-                    result[key][label].append(run_overhead(tree, Path(runs) / label / "d2_base_s0", steps, preset))
-                    log(f"{key} {label} {i + 1}/{pairs}: {result[key][label][-1]}")
-    result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    if out_dir is not None:
-        write_results(result, out_dir, stem, preset_speed_markdown)
-    return result
-
-
-def preset_speed_markdown(result: dict) -> str:
-    "The before-and-after table of `run_preset_speed`, with its machine and shape."
-    s = result["shape"]
-    lines = [f"# {result['title']}", "",
-             f"{machine_text(result)} Matmul ceilings: fp32 {result['ceilings_gflops']['fp32']:.0f}, bf16 "
-             f"{result['ceilings_gflops']['bf16']:.0f} GFLOP/s; MFU is against the ceiling of the arm's dtype. "
-             f"Before: the code of `{result['before']}`.", "",
-             f"Shape: depth {s['depth']}, rows of {s['seq_len']} tokens, {s['batch']} rows a micro-batch, vocabulary "
-             f"{s['vocab']}; a step is {result['accum']} micro-batches ({result['accum'] * s['seq_len'] * s['batch']} "
-             f"tokens), an evaluation batch is one micro-batch. Every arm ran in one process, alternating; speed-up is "
-             f"the median over rounds of the `{result['before']}` arm's time over this arm's in the same round."
-             + (" An arm named *R rows × A* splits the same step into A micro-batches of R rows."
-                if result.get("micro_batches") else ""), "",
-             "| arm | median (ms) | tokens/s | MFU | speed-up | first call (s) |", "|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['arm']} | {r['median_ms']:.1f} | {r['tok_s']:,.0f} | {_fmt(r['mfu'] and 100 * r['mfu'], '.1f')}"
-                     f"{'%' if r['mfu'] else ''} | {r['speedup']:.2f}× | {r['first_call_s']:.1f} |")
-    for key, what in (("overhead", "one short run of the preset (`d2_base_s0` cut to 8 steps"),
-                      ("full_run", "one whole run of the preset (`d2_base_s0`, 256 steps")):
-        if not any(result.get(key, {}).values()):
-            continue
-        lines += ["", f"Around {what}; `10_train` then `11_eval` through papermill, in the kernels that code's runner "
-                  "uses), the median over the alternating repeats, in seconds (the rest: the median overhead less the median validation "
-                  "passes):", "",
-                  "| code | runs | kernels | both notebooks | training (train_time) | overhead | of it, training's "
-                  "validation passes | the rest |", "|---|---|---|---|---|---|---|---|"]
-        for label, runs in result[key].items():
-            med = {k: None if None in (got := [r.get(k) for r in runs]) else statistics.median(got) for k in runs[0]}
-            rest = None if med.get("validation_s") is None else med["overhead_s"] - med["validation_s"]
-            lines.append(f"| {label} | {len(runs)} | {med['kernels']} | {med['notebooks_s']:.1f} | "
-                         f"{med['train_time_s']:.1f} | {med['overhead_s']:.1f} | {_fmt(med.get('validation_s'), '.1f')} | "
-                         f"{_fmt(rest, '.1f')} |")
-    return "\n".join(lines) + "\n"

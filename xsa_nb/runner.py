@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, read_json, resolve_run
 from .config import TrainConfig
-from .experiments import DEFAULT_PRESET, Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .experiments import DEFAULT_PRESET, Preset, Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
 from .utils import is_integer, need, positive_int
 
@@ -28,7 +28,7 @@ __all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'R
            'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'RunsFailed',
            'check_finished', 'skip_after_failure', 'failure_line', 'run_experiment', 'job_env', 'run_in_order',
            'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs',
-           'rehearse', 'reproduce', 'report']
+           'rehearse', 'check_gpus', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -415,14 +415,26 @@ def rehearse(root: Path, runs_dir: Path, presets: tuple[str, ...] = GPU_PRESETS)
     return runs
 
 # %% ../nbs/09b_runner.ipynb #ea6994d1
+def check_gpus(preset: Preset, jobs: int, nproc: int, present: int | None = None) -> None:
+    "Refuse `jobs` runs of `nproc` GPUs each where fewer GPUs are present (`present`: torch's count), naming both."
+    if not str(preset.runs[0].params.get("device", "cpu")).startswith("cuda") or jobs * nproc == 1:
+        return
+    import torch
+
+    present = torch.cuda.device_count() if present is None else present
+    need(jobs * nproc <= present, f"--jobs {jobs} with --nproc {nproc} needs {jobs * nproc} GPUs, and {present} are "
+         f"present: every job after the GPUs run out would see none; use --jobs {max(1, present // nproc)}")
+
+
 def reproduce(preset: str = DEFAULT_PRESET, root: Path | None = None, nproc: int = 1, dry_run: bool = False,
               log=print, jobs: int = 1, only: list[str] | None = None) -> list[Path]:
     """Train and evaluate every run of `preset` (skipping complete ones), `jobs` at a time, then run 12_report; return
     the report's files. `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or
     writing anything; `only`: just those runs, and no report (returns [])."""
-    get_preset(preset)
+    p = get_preset(preset)
     positive_int("jobs", jobs, " (runs at once)")
     positive_int("nproc", nproc, " (GPUs per run)")
+    check_gpus(p, jobs, nproc)
     root = Path(root or project_root())
     if dry_run:
         log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))

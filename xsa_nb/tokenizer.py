@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import rustbpe
 import tiktoken
 import torch
 
@@ -129,6 +128,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, doc_cap: int = 10_000
     if not isinstance(vocab_size, int) or vocab_size < 256 + n_special:
         raise ValueError(f"vocab_size must be an int >= {256 + n_special} (256 bytes + {n_special} specials), "
                          f"got {vocab_size!r}")
+    import rustbpe  # here, not at the top: only training needs it, and the GPU image lacks it
+
     trainer = rustbpe.Tokenizer()
     trainer.train_from_iterator(_capped(texts, doc_cap, max_chars), vocab_size - n_special, pattern=SPLIT_PATTERN)
     ranks = [bytes(b) for b, _ in sorted(trainer.get_mergeable_ranks(), key=lambda kv: kv[1])]
