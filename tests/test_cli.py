@@ -136,6 +136,17 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
     assert (again / "train.ipynb").read_bytes() == good and (again / "train.failed.ipynb").is_file()
 
 
+def test_a_long_cpu_run_is_refused_in_one_line_and_debug_shows_the_traceback(tmp_path):
+    "The README's GPU command on a CPU: one line naming the estimate and what to do, no traceback, exit 2."
+    res = xsa_nb("train", "-p", "depth", "24", cwd=tmp_path)
+    said = [line for line in res.stderr.splitlines() if line.startswith("xsa_nb train: error:")]
+    assert res.returncode == 2 and len(said) == 1 and "estimated at" in said[0], res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "Refusal" not in res.stderr, res.stderr[-3000:]
+    debug = subprocess.run([XSA_NB, "train", "-p", "depth", "24", "-p", "dry_run", "False"], capture_output=True,
+                           text=True, cwd=tmp_path, env=ENV | {"XSA_NB_DEBUG": "1"})
+    assert debug.returncode != 0 and "Traceback" in debug.stderr, debug.stderr[-3000:]
+
+
 def test_a_run_refused_inside_its_notebook_leaves_nothing_behind(tmp_path):
     (tmp_path / "empty").mkdir()  # a directory, so it passes validation; no shards, so the training refuses it
     res = xsa_nb("train", *TINY, "-p", "data_dir", tmp_path / "empty", cwd=tmp_path)

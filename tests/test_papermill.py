@@ -1,7 +1,9 @@
 """The training and evaluation notebooks run under papermill: values given with -p really reach them, a short CPU
 run writes a complete run directory whose loss decreases, a run without run_dir gets a fresh directory, and bad
-parameters (a misspelt name, an unreadable value, an invalid one) fail before any work. Two runs without a run_dir
-train twice, so that test is in the slow tier (`make test-slow`)."""
+parameters (a misspelt name, an unreadable value, an invalid one) fail before any work. Every refusal — a bad
+parameter, a long CPU run, data that cannot be fetched, another configuration in the run directory, a full disk —
+ends papermill's output with its one line and no traceback through our code (`XSA_NB_DEBUG=1` shows it). Two runs
+without a run_dir train twice, so that test is in the slow tier (`make test-slow`)."""
 import json
 import os
 import subprocess
@@ -17,12 +19,23 @@ SMALL = ["-p", "seq_len", "64", "-p", "device_batch_size", "4", "-p", "total_bat
          "-p", "warmup_steps", "2", "-p", "save_every", "10"]
 
 
-def papermill(notebook, out, *params, cwd=None, threads=None):
-    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"}  # a real run, not the notebook's test mode
+def papermill(notebook, out, *params, cwd=None, threads=None, env=None):
+    env = {k: v for k, v in os.environ.items() if k != "IN_TEST"} | (env or {})  # a real run, not the test mode
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, "-m", "papermill", str(ROOT / "nbs" / notebook), str(out), *params]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def assert_refused(res, message):
+    """A refusal as papermill shows it: non-zero, and the kernel's part of its error is the one line `Refusal: ...`
+    holding `message`, with no frame of the notebook or of xsa_nb. (Above it stand papermill's own frames: its command
+    line does not catch the error it raises for any failed notebook; `xsa_nb train` prints the line alone.)"""
+    said = res.stderr + res.stdout
+    assert res.returncode != 0, said[-3000:]
+    kernel = said.partition("Exception encountered at ")[2].strip().splitlines()
+    assert len(kernel) == 2 and kernel[1].startswith("Refusal: ") and message in kernel[1], said[-3000:]
+    assert said.count(message) == 1 and "Cell In[" not in said and "xsa_nb/" not in said, said[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +126,11 @@ def test_every_eval_option_is_a_parameter_with_its_default():
     ("11_eval.ipynb", "run_dir", "runs/missing", "run_dir 'runs/missing' does not exist"),
     ("14_sft.ipynb", "mmlu_epochs", "-1", "mmlu_epochs must be an integer >= 0, got -1"),
     ("14_sft.ipynb", "init_lr_frac", "abc", "init_lr_frac: could not read 'abc' as a number"),
+    ("14_sft.ipynb", "init_from", "runs/none", "init_from 'runs/none' holds no finished base run"),
 ])
 def test_bad_parameters_fail_before_any_work(tmp_path, notebook, param, value, message):
     res = papermill(notebook, "out.ipynb", "-p", param, value, cwd=tmp_path)
-    assert res.returncode != 0
-    assert message in res.stderr + res.stdout
+    assert_refused(res, message)
     assert [p.name for p in tmp_path.iterdir()] == ["out.ipynb"]  # papermill's record of the failure, nothing else
 
 
@@ -152,11 +165,25 @@ def test_a_gpu_sized_run_on_a_cpu_is_refused_within_seconds(tmp_path):
     run and the override; no run directory is left (the override itself is the next test)."""
     import time
     t0 = time.perf_counter()
-    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "24", cwd=tmp_path)
-    assert res.returncode != 0 and time.perf_counter() - t0 < 120
+    cache = {"XSA_NB_CACHE": str(tmp_path / "cache")}  # the matmul peak measured and kept there, not in ~/.cache
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "24", cwd=tmp_path, env=cache)
+    assert time.perf_counter() - t0 < 120
+    assert_refused(res, "-p max_cpu_hours 0")
     said = res.stderr + res.stdout
-    assert "estimated at" in said and " h on the CPU" in said and "-p dry_run True" in said and "-p max_cpu_hours 0" in said
-    assert [p.name for p in tmp_path.iterdir()] == ["out.ipynb"]  # no runs/ directory
+    assert "estimated at" in said and " h on the CPU" in said and "-p dry_run True" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "out.ipynb"]  # no runs/ directory
+
+
+@pytest.mark.slow
+def test_the_dry_run_prints_its_plan_with_the_refusals_estimate(tmp_path):
+    """`-p dry_run True` prints the plan where the command was typed (not only into the output notebook), and its
+    time is the refusal's: the matmul peak is measured once per machine and kept in the cache directory."""
+    cache = {"XSA_NB_CACHE": str(tmp_path / "cache")}
+    said = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "24", cwd=tmp_path, env=cache).stderr
+    plan = papermill("10_train.ipynb", "plan.ipynb", "-p", "depth", "24", "-p", "dry_run", "True", cwd=tmp_path, env=cache)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    estimate = said.split("estimated at ")[1].split(" on the CPU")[0]
+    assert "recipe:" in plan.stderr and f"≈ {estimate}\n" in plan.stderr, (estimate, plan.stderr[-2000:])
 
 
 def test_the_length_check_lets_a_run_through_with_the_override():
@@ -167,3 +194,60 @@ def test_the_length_check_lets_a_run_through_with_the_override():
         check_run_length(big)
     plan = check_run_length(TrainConfig(depth=24, device="cpu", max_cpu_hours=0))
     assert plan["estimated_seconds"] > 2 * 3600
+
+
+def test_the_debug_variable_shows_the_traceback(tmp_path):
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "0", cwd=tmp_path, env={"XSA_NB_DEBUG": "1"})
+    said = res.stderr + res.stdout
+    assert res.returncode != 0 and "depth must be an integer >= 1, got 0" in said
+    assert "Cell In[" in said and "xsa_nb/config.py" in said and "Refusal" in said, said[-3000:]
+
+
+def test_a_run_directory_of_another_configuration_is_refused(tmp_path):
+    from xsa_nb.config import TrainConfig
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(TrainConfig(depth=3, run_dir=str(run)).to_dict()))
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "2", "-p", "run_dir", str(run), cwd=tmp_path)
+    assert_refused(res, "holds a run made with another configuration (differs in ['depth']: depth: 3 stored, 2 asked)")
+
+
+@pytest.mark.slow
+def test_data_that_cannot_be_fetched_is_refused(tmp_path):
+    """Offline (every download through a proxy that refuses connections), a run pointed at the ClimbMix cache names
+    what is missing, the command that fetches it, and the explicit paths or the embedded corpus instead."""
+    offline = {"XSA_NB_CACHE": str(tmp_path / "cache"), "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+               "no_proxy": "", "NO_PROXY": ""}
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "1", "-p", "steps", "2", "-p", "data_dir",
+                    str(tmp_path / "cache" / "climbmix"), *SMALL, cwd=tmp_path, env=offline)
+    assert_refused(res, "missing, and could not be fetched")
+    said = res.stderr + res.stdout
+    assert "xsa_nb data download climbmix -n 8" in said and "-p data_dir '' -p tokenizer_path '' for the embedded corpus" in said
+
+
+def test_a_full_disk_is_refused_with_how_to_resume(tmp_path):
+    """The kernel's every atomic write (config.json, then the checkpoint) fails as on a full disk: an IPython
+    start-up file of this test's own IPYTHONDIR makes it so, before the notebook imports xsa_nb's writers."""
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00_full_disk.py").write_text(
+        "import errno as _errno\nimport xsa_nb.utils as _utils\n"
+        "def _full(path, data):\n    raise OSError(_errno.ENOSPC, 'No space left on device')\n"
+        "_utils.atomic_write_bytes = _full\n")
+    run = tmp_path / "run"
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "1", "-p", "steps", "2", "-p", "run_dir", str(run),
+                    *SMALL, cwd=tmp_path, env={"IPYTHONDIR": str(tmp_path / "ipython")})
+    assert_refused(res, f"no space left on the device holding {run}")
+    assert f"run again with -p run_dir {run} to resume" in res.stderr
+
+
+def test_a_corrupt_checkpoint_is_refused(trained, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / "summary.json").unlink()  # an unfinished run: the same command resumes from its checkpoint
+    weights = run / "checkpoint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "2", "-p", "steps", "20", "-p", "lr_scale", "32",
+                    "-p", "run_dir", str(run), *SMALL, cwd=tmp_path, threads=1)
+    assert_refused(res, "is corrupt or truncated")

@@ -30,7 +30,7 @@ from .config import TrainConfig, build_model, resolve_device, resolve_settings, 
 from .model import GPT
 from .recipe import resolve_recipe
 from .tokenizer import Tokenizer, tokenizer_fingerprint
-from .utils import atomic_write_bytes, atomic_write_text, cpu_info, dist_info, repo_root
+from .utils import Refusal, atomic_write_bytes, atomic_write_text, cpu_info, dist_info, repo_root
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', 'UNHASHED_KEYS', 'ADDED_OPTIONS', 'RECORD_FILES',
@@ -153,7 +153,7 @@ def check_checkpoint(path: Path) -> Path:
     path = Path(path)
     legacy = [f for f in LEGACY_CHECKPOINT_FILES if (path / f).exists()]
     if legacy:
-        raise ValueError(f"checkpoint {path} holds {', '.join(legacy)}: pickles, which can run code when loaded, so "
+        raise Refusal(f"checkpoint {path} holds {', '.join(legacy)}: pickles, which can run code when loaded, so "
                          f"they are not read. If you trust where this run directory came from, convert it with "
                          f"`xsa_nb checkpoint convert {path.parent} --trust`")
     missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
@@ -169,7 +169,7 @@ def _read(path: Path, reader):
     except OSError:
         raise
     except Exception as e:
-        raise ValueError(f"{path} is corrupt or truncated: {e}") from e
+        raise Refusal(f"{path} is corrupt or truncated: {e}") from e
 
 
 def read_json(path: Path):
@@ -196,7 +196,7 @@ def _metric_entries(path: Path, cut_last: bool = False) -> list[dict]:
             entries.append(json.loads(line))
         except json.JSONDecodeError as e:
             if not (cut_last and n == len(lines)):
-                raise ValueError(f"{path} is corrupt: line {n} is not JSON ({e})") from e
+                raise Refusal(f"{path} is corrupt: line {n} is not JSON ({e})") from e
     return entries
 
 
@@ -257,7 +257,7 @@ def load_weights_from(model: GPT, run_dir: Path) -> list[str]:
     bad = sorted(k for k, w in weights.items() if k not in own or own[k].shape != w.shape)
     bad += [k for k in missing if not any(s in k for s in NEW_SWITCH_PARAMS)]
     if bad:
-        raise ValueError(f"init_from {run_dir} does not fit this model: mismatched parameters {bad[:8]}")
+        raise Refusal(f"init_from {run_dir} does not fit this model: mismatched parameters {bad[:8]}")
     model.load_state_dict(weights, strict=False)
     return missing
 
@@ -294,7 +294,7 @@ def restore_position(loader, state: dict, source: Path) -> None:
     "Continue this rank's data stream and the random generators where the checkpoint `state` left them."
     rank, _, world = dist_info()
     if len(state["loader"]) != world:
-        raise ValueError(f"{source} was written by {len(state['loader'])} processes; continue it with the same "
+        raise Refusal(f"{source} was written by {len(state['loader'])} processes; continue it with the same "
                          f"number, not {world}")
     loader.load_state_dict(state["loader"][rank])
     set_rng_state(state["rng"])
@@ -355,8 +355,8 @@ def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
     return sorted(k for k in set(saved) | set(now) if k not in UNHASHED_KEYS and was(k) != now.get(k))
 
 
-def _another_configuration(run_dir: Path, what: str) -> ValueError:
-    return ValueError(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
+def _another_configuration(run_dir: Path, what: str) -> Refusal:
+    return Refusal(f"{run_dir} holds a run made with another configuration ({what}); use a new run_dir or "
                       "delete the old one")
 
 
@@ -399,7 +399,7 @@ def check_same_tokenizer(run_dir: Path, settings: TrainConfig, tokenizer: Tokeni
     recorded = sorted({r.get("tokenizer_fingerprint") for r in _recorded(run_dir)} - {None, now})
     if recorded:  # records written before fingerprints were kept hold none: accepted
         path = run_tokenizer_path(settings)
-        raise ValueError(f"{run_dir} was trained with the tokenizer of fingerprint {' and '.join(recorded)}, but the "
+        raise Refusal(f"{run_dir} was trained with the tokenizer of fingerprint {' and '.join(recorded)}, but the "
                          f"tokenizer at {path} has fingerprint {now}: its token ids would mean other text. Put the "
                          f"tokenizer the run was trained with back at {path}, or train a new run (another run_dir) "
                          "with this one")
@@ -482,7 +482,7 @@ def read_config(run_dir: Path) -> TrainConfig:
     saved = read_json(path)
     unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
-        raise ValueError(f"{path} has settings this version of xsa_nb does not know ({unknown}): it was written by "
+        raise Refusal(f"{path} has settings this version of xsa_nb does not know ({unknown}): it was written by "
                          "another version; train it again with this one")
     return TrainConfig(**saved)
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from .params import checked_eval_params, checked_train_params, notebook_params, 
 from .runner import RunsFailed, failure_line, project_root, report, reproduce, run_papermill, submit_preset
 from .tokenizer import train_tokenizer
 from .trainer import train
-from .utils import need, repo_root
+from .utils import Refusal, need, repo_root
 
 # %% auto #0
 __all__ = ['PRESET_WHAT', 'run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'presets_text', 'studies_text',
@@ -108,7 +109,13 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
         return 2
     run_dir = Path(params["run_dir"])
     if args.command == "train" and (args.direct or cfg.dry_run):  # a plan is printed, nothing written
-        train(cfg)
+        try:
+            train(cfg)
+        except Refusal as e:
+            if os.environ.get("XSA_NB_DEBUG"):
+                raise
+            print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
+            return 2
         return 0
     print(f"{args.command}: run directory {run_dir}", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # killed: still a .failed notebook
@@ -117,6 +124,11 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
     try:
         run_papermill(root / "nbs" / name, out, params, cwd=Path.cwd())
     except PapermillExecutionError as e:
+        if e.ename == "Refusal" and not os.environ.get("XSA_NB_DEBUG"):  # the notebook refused: its one line
+            print(f"xsa_nb {args.command}: error: {e.evalue}", file=sys.stderr)
+            return 2
+        if os.environ.get("XSA_NB_DEBUG"):
+            print(e, file=sys.stderr)  # papermill's message: the cell's whole traceback
         print(f"xsa_nb {args.command}: {failure_line(e, out.parent)}", file=sys.stderr)
         return 1
     if args.command == "eval":
@@ -286,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("report", "reproduce"):
         try:
             run_preset_command(args)
-        except ValueError as e:  # a refusal: one line, as the parser's
+        except ValueError as e:  # a refusal: one line, as the parser's (XSA_NB_DEBUG=1: the traceback)
+            if os.environ.get("XSA_NB_DEBUG"):
+                raise
             print(f"xsa_nb {args.command}: error: {e}", file=sys.stderr)
             return 2
         except RunsFailed as e:  # runs that failed (--jobs, --executor local): one line naming each, as a failed train

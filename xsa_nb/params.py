@@ -8,17 +8,21 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import errno
+import sys
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .checkpoint import check_same_settings, fresh_run_dir
 from .config import TrainConfig, validate
 from .eval import EvalConfig, validate_eval_config
-from .utils import check_device
+from .utils import Refusal, check_device
 
 # %% auto #0
 __all__ = ['resolve_type', 'parse_params', 'convert_param', 'check_params', 'notebook_parameters', 'notebook_params',
-           'checked_train_params', 'checked_eval_params']
+           'check_run_dir', 'checked_train_params', 'checked_eval_params', 'full_disk_refused', 'tell']
 
 # %% ../nbs/09a_params.ipynb #485ce80c
 def resolve_type(value: str):
@@ -82,7 +86,7 @@ def convert_param(name: str, value, kind: type):
     try:
         return read(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: could not read {value!r} as {expected}") from None
+        raise Refusal(f"{name}: could not read {value!r} as {expected}") from None
 
 
 def check_params(params: dict, config: type) -> dict:
@@ -92,7 +96,7 @@ def check_params(params: dict, config: type) -> dict:
     if unknown:
         said = [f"{k!r}" + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(k, names, n=1))
                 for k in unknown]
-        raise ValueError(f"unknown parameter{'s' * (len(unknown) > 1)} {', '.join(said)}; "
+        raise Refusal(f"unknown parameter{'s' * (len(unknown) > 1)} {', '.join(said)}; "
                          f"the parameters are: {', '.join(names)}")
     types = typing.get_type_hints(config)
     return {k: convert_param(k, v, types[k]) for k, v in params.items()}
@@ -114,6 +118,14 @@ def notebook_params(path: Path) -> dict[str, dict]:
             for name, p in pm.inspect_notebook(str(path)).items()}
 
 # %% ../nbs/09a_params.ipynb #5ef7ba6e
+def check_run_dir(cfg: TrainConfig) -> None:
+    "Refuse `cfg.run_dir` if it holds a run of another configuration (`check_same_settings`), naming what differs."
+    try:
+        check_same_settings(cfg.run_dir, cfg)
+    except ValueError as e:  # its config.json differs, or cannot be read: the directory's state, not a bug
+        raise Refusal(str(e)) from e
+
+
 def _defaults(notebook: str, root: Path) -> dict:
     "The default value of every parameter of `nbs/<notebook>`."
     return {name: p["default"] for name, p in notebook_params(root / "nbs" / notebook).items()}
@@ -123,22 +135,40 @@ def checked_train_params(params: dict, root: Path, direct: bool = False) -> tupl
     "10_train parameters `params` checked, a fresh `run_dir` added if missing, then validated: `(given, config)`."
     given = check_params(params, TrainConfig)
     if direct and not given.get("run_dir"):
-        raise ValueError("--direct needs -p run_dir DIR: every rank must write the same run directory")
+        raise Refusal("--direct needs -p run_dir DIR: every rank must write the same run directory")
     defaults = {} if direct else _defaults("10_train.ipynb", root)
     if not given.get("run_dir"):
         given["run_dir"] = str(fresh_run_dir(given.get("depth", defaults.get("depth"))))
     cfg = validate(TrainConfig(**(defaults | given)))
     if not cfg.dry_run:  # a plan may name a device this machine lacks, and writes nothing
         check_device(cfg.device)
-        check_same_settings(cfg.run_dir, cfg)
+        check_run_dir(cfg)
     return given, cfg
 
 
 def checked_eval_params(run_dir: Path, params: dict, root: Path) -> dict:
-    "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise ValueError."
+    "11_eval parameters: `run_dir` and `params` checked and validated (a finished run must be there); raise a Refusal."
     if params.get("run_dir", str(run_dir)) != str(run_dir):
-        raise ValueError(f"run_dir given twice: {str(run_dir)!r} (the argument) and {params['run_dir']!r} (-p run_dir); "
+        raise Refusal(f"run_dir given twice: {str(run_dir)!r} (the argument) and {params['run_dir']!r} (-p run_dir); "
                          "give it once, as the argument")
     given = check_params({"run_dir": str(run_dir)} | params, EvalConfig)
     validate_eval_config(EvalConfig(**(_defaults("11_eval.ipynb", root) | given)))
     return given
+
+# %% ../nbs/09a_params.ipynb #f7e1e251
+@contextmanager
+def full_disk_refused(run_dir: str | Path) -> Iterator[None]:
+    "Inside the block, a full disk (`OSError` `ENOSPC`) becomes a `Refusal` saying how to resume `run_dir`."
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise Refusal(f"no space left on the device holding {run_dir} ({e.strerror}): its last complete checkpoint, if it "
+                      f"has one, is kept; free some space, then run again with -p run_dir {run_dir} to resume from "
+                      "it") from e
+
+# %% ../nbs/09a_params.ipynb #ffff3722
+def tell(text: str) -> None:
+    "Print `text` on standard error, flushed: under papermill the terminal shows it, and so does the output notebook."
+    print(text, file=sys.__stderr__, flush=True)

@@ -5,26 +5,27 @@
 # %% ../nbs/08a_recipe.ipynb #4e6afe24
 from __future__ import annotations
 
-import functools
 import itertools
+import json
 import math
 from pathlib import Path
 
 import torch
 
-from .config import (TrainConfig, is_cache_path, matmul_flops, meta_model, model_config, resolve_settings,
-                           run_tokenizer)
+from .config import (TrainConfig, cache_dir, is_cache_path, matmul_flops, meta_model, model_config,
+                           resolve_settings, run_tokenizer)
 from .core_eval import download_eval_bundle
 from .data import download_shards, iter_documents
 from .model import GPT
 from .tokenizer import Tokenizer, train_tokenizer
+from .utils import Refusal, atomic_write_text, cpu_info
 
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
-           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'STUDY_SHAPES',
-           'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed',
-           'fetch_or_explain', 'prepare_data', 'device_peak_flops', 'run_plan', 'shape_text', 'plan_text',
-           'check_run_length']
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'EMBEDDED_INSTEAD',
+           'STUDY_SHAPES', 'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token',
+           'shards_needed', 'fetch_or_explain', 'prepare_data', 'peak_flops_file', 'device_peak_flops', 'run_plan',
+           'shape_text', 'duration_text', 'plan_text', 'check_run_length']
 
 # %% ../nbs/08a_recipe.ipynb #a0800004
 B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
@@ -112,13 +113,17 @@ def shards_needed(tokens: int, chars_per_tok: float) -> int:
     return math.ceil(tokens * chars_per_tok / SHARD_CHARS) + 1
 
 
-def fetch_or_explain(what: str, command: str, fetch):
-    "Run `fetch()`; if the network fails, say what is missing and which command gets it."
+EMBEDDED_INSTEAD = ("or give -p data_dir DIR -p tokenizer_path FILE, or -p data_dir '' -p tokenizer_path '' for the "
+                    "embedded corpus (small: for CPU-sized runs)")
+
+
+def fetch_or_explain(what: str, command: str, fetch, instead: str = EMBEDDED_INSTEAD):
+    "Run `fetch()`; if the network fails, refuse naming what is missing, the command that gets it, and `instead`."
     try:
         return fetch()
     except (OSError, RuntimeError) as e:
-        raise RuntimeError(f"{what}: missing, and could not be fetched ({str(e).splitlines()[0]}). On a machine with "
-                           f"network run `{command}`, or give the path explicitly") from e
+        raise Refusal(f"{what}: missing, and could not be fetched ({str(e).splitlines()[0]}). On a machine with "
+                      f"network run `{command}`; {instead}") from e
 
 
 def prepare_data(cfg: TrainConfig, tokens: int, log=print, base_url: str | None = None, retries: int = 3,
@@ -142,15 +147,27 @@ def prepare_data(cfg: TrainConfig, tokens: int, log=print, base_url: str | None 
         done.update(chars_per_token=cpt, training_shards=max(n, TOKENIZER_SHARDS))
     if cfg.core_every >= 0 and is_cache_path(cfg.core_bundle, "eval_bundle") and not (Path(cfg.core_bundle) / "core.yaml").is_file():
         fetch_or_explain(f"the CORE eval bundle {cfg.core_bundle}", f"xsa_nb data eval-bundle {cfg.core_bundle}",
-               lambda: download_eval_bundle(Path(cfg.core_bundle).parent))
+                         lambda: download_eval_bundle(Path(cfg.core_bundle).parent),
+                         "or give -p core_bundle DIR, or -p core_every -1 for no CORE")
         done["core_bundle"] = cfg.core_bundle
     return done
 
 
-@functools.cache
+def peak_flops_file() -> Path:
+    "Where each machine's measured matmul peaks are kept: `peak_flops.json` in the cache directory."
+    return cache_dir() / "peak_flops.json"
+
+
 def device_peak_flops(device: str, dtype: str, threads: int) -> float:
-    "`matmul_flops(device, dtype)` on `threads` threads, once per process (bf16 on a CPU without bf16 units: seconds)."
-    return matmul_flops(torch.device(device), getattr(torch, dtype))
+    "`matmul_flops(device, dtype)` on `threads` threads, measured once per processor and kept in `peak_flops_file()`."
+    # measured anew, a busy machine's peak swings (0.9 h, then 1.6 h, for the same plan): a plan keeps the first
+    processor = torch.cuda.get_device_name(device) if device.startswith("cuda") else cpu_info()["cpu"]
+    key, path = f"{processor} | {device} | {dtype} | {threads} threads", peak_flops_file()
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in known:
+        known[key] = matmul_flops(torch.device(device), getattr(torch, dtype))
+        atomic_write_text(path, json.dumps(known, indent=1))
+    return known[key]
 
 
 def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
@@ -175,7 +192,8 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
     eval_flops = recipe["flops_per_token"] / 3 * s.eval_tokens * evaluations  # a forward is a third of a step's FLOPs
     overhead = RUN_OVERHEAD_SECONDS if device.type == "cpu" else 0.0
     return {"settings": s.to_dict(), "recipe": recipe, "data": data, "peak_flops": peak,
-            "peak_source": "measured here" if here else "stated (H100 / H200 bf16 dense)", "assumed_mfu": ASSUMED_MFU,
+            "peak_source": f"measured here once, kept in {peak_flops_file()}" if here else
+                           "stated (H100 / H200 bf16 dense)", "assumed_mfu": ASSUMED_MFU,
             "training_flops": flops, "eval_flops": eval_flops, "overhead_seconds": overhead,
             "estimated_seconds": (flops + eval_flops) / (peak * ASSUMED_MFU * world_size) + overhead}
 
@@ -198,10 +216,14 @@ def shape_text(settings: dict, recipe: dict) -> str:
     return line
 
 
+def duration_text(seconds: float) -> str:
+    "A duration as the plan and the refusal both say it: minutes under an hour, else hours to a tenth."
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
 def plan_text(plan: dict) -> str:
     "The plan of `run_plan` as lines for people."
     s, r, d = plan["settings"], plan["recipe"], plan["data"]
-    hours = plan["estimated_seconds"] / 3600
     lines = [f"device {s['device']} ({s['dtype']}, compile {s['compile']}), rows {s['device_batch_size']} × "
              f"{s['seq_len']} tokens, windows {s['window_pattern']}, packing {s['packing']}",
              shape_text(s, r), f"data: {d['data_dir']}, tokenizer {d['tokenizer']}"]
@@ -214,7 +236,7 @@ def plan_text(plan: dict) -> str:
     lines += ["recipe:", recipe_table(r),
               f"time: {plan['training_flops']:.3g} training + {plan['eval_flops']:.3g} evaluation FLOPs at "
               f"{plan['assumed_mfu']:.0%} of {plan['peak_flops'] / 1e12:,.3g} TFLOP/s ({plan['peak_source']}){overhead} "
-              f"≈ {hours:.2f} h"]
+              f"≈ {duration_text(plan['estimated_seconds'])}"]
     return "\n".join(lines)
 
 
@@ -224,8 +246,8 @@ def check_run_length(cfg: TrainConfig, world_size: int = 1) -> dict:
     hours, device = plan["estimated_seconds"] / 3600, plan["settings"]["device"]
     if device == "cpu" and 0 < cfg.max_cpu_hours < hours:
         r = plan["recipe"]
-        raise ValueError(
-            f"this run is estimated at {hours:.1f} h on the CPU ({r['params']:,} parameters, {r['tokens']:,} tokens), "
+        raise Refusal(
+            f"this run is estimated at {duration_text(plan['estimated_seconds'])} on the CPU ({r['params']:,} parameters, {r['tokens']:,} tokens), "
             f"over max_cpu_hours={cfg.max_cpu_hours:g}: it is sized for a GPU (`papermill nbs/10_train.ipynb out.ipynb "
             f"-p depth {r['n_layer']}` on a GPU machine). See its whole plan with -p dry_run True; to run it here "
             f"anyway, pass -p max_cpu_hours 0")

@@ -260,7 +260,7 @@ XSA_SINK = Study("xsa_sink", "cpu", 2, (("XSA − baseline, a_ii", "base", "xsa"
                                         ("baseline with sink − baseline, first-token mass", "base", "sink",
                                          layer_mean("first_mass"))))
 STUDIES = (ROUTING_D4, XSA_SINK)
-"The studies kept beside a preset (`07c_diagnostics`), each with its comparisons in the order its table shows them."
+"The studies kept beside a preset (`20_mechanisms`), each with its comparisons in the order its table shows them."
 
 
 def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES) -> list[dict]:
@@ -351,19 +351,19 @@ def loss_climb(train: list[dict], steps: int = EARLY_STEPS) -> tuple[float, dict
 
 # %% ../nbs/12e_records.ipynb #b2859050
 MANY_SEEDS = tuple(range(16))
-"The seeds of the seed studies kept beside the `cpu` preset (`07c_diagnostics`), all but the replications'."
+"The seeds of the seed studies kept beside the `cpu` preset (`21_delta_routing`, `22_xsa_smear_rate`), all but the replications'."
 FRESH_SEEDS = tuple(range(16, 32))
-"Sixteen seeds that no other seed study trained on: the pre-registered replications' (`07c_diagnostics`)."
+"Sixteen seeds that no other seed study trained on: the pre-registered replications' (`23_replications`)."
 FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
 "FRESH_SEEDS as the claims and notebooks say them."
 REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
-"The replications' pre-registered words for a corrected interval below zero, above it, or neither (`07c_diagnostics`)."
+"The replications' pre-registered words for a corrected interval below zero, above it, or neither (`23_replications`)."
 SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear",
                    "smear_replication", "delta_smear_replication")
 """Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA,
 then the replications on FRESH_SEEDS."""
 PREREGISTERED = ("smear_replication", "delta_smear_replication")
-"The seed studies whose prediction and test were committed before any of their runs was made (`07c_diagnostics`)."
+"The seed studies whose prediction and test were committed before any of their runs was made (`23_replications`)."
 
 
 def headline_config(**changes) -> TrainConfig:

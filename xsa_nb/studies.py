@@ -93,14 +93,15 @@ def finding_sentence(row: dict) -> str:
             f"({row['below_zero']} seeds below zero{mde}).")
 
 
-def provenance_line(preset: Preset, runs: dict) -> str:
-    "Where the runs came from, in one line: how many of the study's runs, which commits, devices and threads."
-    commits = sorted({(r["summary"].get("commits") or ["unknown"])[-1][:7] for r in runs.values()})
-    threads = sorted({str(r["summary"].get("provenance", {}).get("threads", "?")) for r in runs.values()})
-    devices = sorted({r["summary"].get("device", "?") for r in runs.values()})
-    return (f"{len(runs)} of {len(preset.runs)} runs; commit {', '.join(commits) or '–'}; device {', '.join(devices) or '–'}; "
-            f"threads per run {', '.join(threads) or '–'}; records: `docs/results/{preset.results}/runs/`"
-            + "".join(f", `docs/results/{f}/`" for f in preset.records))
+def provenance_line(preset: Preset, runs: dict, results: Path | None = None) -> str:
+    "Where the runs came from, in one line: how many, which commits (clean or not), machines, threads, and their folders."
+    prov = [r["summary"].get("provenance", {}) for r in runs.values()]
+    commits = sorted({p.get("commit", "unknown")[:7] + (" (uncommitted changes)" if p.get("dirty") else "") for p in prov})
+    machines = sorted({p.get("device_name") or r["summary"].get("device", "?") for p, r in zip(prov, runs.values())})
+    threads = sorted({str(p.get("threads", "?")) for p in prov})
+    folders = [f for f in (f"{preset.results}/runs", *preset.records) if results is None or (Path(results) / f).is_dir()]
+    return (f"{len(runs)} of {len(preset.runs)} runs; commit {', '.join(commits) or '–'}; on {', '.join(machines) or '–'}, "
+            f"{', '.join(threads) or '–'} thread(s) per run; records: " + ", ".join(f"`docs/results/{f}/`" for f in folders))
 
 
 STUDY_FILES = ("index.md", "verdicts.md", "verdicts.csv", "per_run.md", "per_run.csv", "effects.png")
@@ -122,13 +123,13 @@ def write_study_report(preset: str | Preset, results: Path, out_dir: Path | None
     notes = [f"question: {p.question}", f"seeds: {', '.join(map(str, p.seeds))}; arms: {', '.join(p.arms)}",
              f"val_bpb: validation bits per byte on {p.runs[0].params['eval_tokens']:,} tokens, the same rows for every run",
              family, f"jumped: runs whose training loss rose more than {JUMP_NATS:g} nat above its lowest so far early on",
-             provenance_line(p, runs)]
+             provenance_line(p, runs, results)]
     files = write_table(rows, out_dir, "verdicts", f"{p.name}: verdicts", notes, BPB_UNITS)
     per_run = [{"run": n, "seed": r["summary"].get("settings", {}).get("seed", n.rsplit("_s", 1)[-1]),
                 "val_bpb": r["summary"]["val_bpb"], "early_rise": early_loss_rise(r["train"])[0],
                 "train_s": r["summary"].get("train_time"), "commit": (r["summary"].get("commits") or ["unknown"])[-1][:10]}
                for n, r in sorted(runs.items())]
-    files += write_table(per_run, out_dir, "per_run", f"{p.name}: every run", [provenance_line(p, runs)])
+    files += write_table(per_run, out_dir, "per_run", f"{p.name}: every run", [provenance_line(p, runs, results)])
     effects = [(r["comparison"], {"diff": r["diff"], "low": r["ci_low"], "high": r["ci_high"],
                                   "verdict": {"replicates": "better", "contradicts": "worse"}.get(r["verdict"], r["verdict"])})
                for r in rows[1:]]

@@ -23,9 +23,9 @@ import torch.distributed as dist
 import xsa_nb
 
 # %% auto #0
-__all__ = ['BF16_CPU_FLAGS', 'KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'need',
-           'is_integer', 'positive_int', 'positive_number', 'check_device', 'cpu_info', 'check_impl', 'paired_ms',
-           'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor', 'assert_quoted']
+__all__ = ['BF16_CPU_FLAGS', 'KERNEL_IMPLS', 'atomic_write_bytes', 'atomic_write_text', 'dist_info', 'repo_root', 'Refusal',
+           'need', 'is_integer', 'positive_int', 'positive_number', 'check_device', 'cpu_info', 'check_impl',
+           'paired_ms', 'median_ratio', 'one_thread', 'table_cell', 'markdown_table', 'sphinx_anchor', 'assert_quoted']
 
 # %% ../nbs/00a_utils.ipynb #b3a7e210
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
@@ -62,10 +62,22 @@ def repo_root() -> Path:
     return Path(xsa_nb.__file__).resolve().parents[1]
 
 # %% ../nbs/00a_utils.ipynb #b6750497
+class Refusal(ValueError):
+    "User input or state refused: `str(e)` says what, why and what to do; a notebook shows that line alone."
+
+    @property
+    def _render_traceback_(self):
+        # IPython (so a notebook, and papermill's error) prints the lines this returns in place of the traceback;
+        # absent, as under XSA_NB_DEBUG=1, the whole traceback is shown
+        if os.environ.get("XSA_NB_DEBUG"):
+            raise AttributeError("_render_traceback_")
+        return lambda: [f"{type(self).__name__}: {self}"]
+
+
 def need(ok: bool, msg: str) -> None:
-    "Raise ValueError(`msg`) unless `ok`: `msg` names the bad value and what is allowed."
+    "Raise `Refusal(msg)` unless `ok`: `msg` names the bad value and what is allowed."
     if not ok:
-        raise ValueError(msg)
+        raise Refusal(msg)
 
 
 def is_integer(value) -> bool:
@@ -88,8 +100,7 @@ def positive_number(name: str, value, zero: str = "") -> None:
 def check_device(device: str, available: bool = True) -> None:
     "Raise a ValueError naming `device` unless it is a device name and (if `available`) this machine has that device."
     kind, _, index = str(device).partition(":")
-    if device != "auto" and kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be auto, cpu, cuda[:i] or mps, got {device!r}")
+    need(device == "auto" or kind in ("cpu", "cuda", "mps"), f"device must be auto, cpu, cuda[:i] or mps, got {device!r}")
     if not available:
         return
     gpus = torch.cuda.device_count()
@@ -97,8 +108,7 @@ def check_device(device: str, available: bool = True) -> None:
     here += ["mps"] * torch.backends.mps.is_available()
     missing = (kind == "cuda" and (gpus == 0 or (index.isdigit() and int(index) >= gpus))) or \
               (kind == "mps" and "mps" not in here)
-    if missing:
-        raise ValueError(f"device {device!r} is not available on this machine; available: {', '.join(here)}")
+    need(not missing, f"device {device!r} is not available on this machine; available: {', '.join(here)}")
 
 # %% ../nbs/00a_utils.ipynb #a3071a27
 BF16_CPU_FLAGS: tuple[str, ...] = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of bfloat16 matrix units
