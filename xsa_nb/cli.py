@@ -177,7 +177,7 @@ def studies_text(results: Path) -> str:
     from xsa_nb.studies import study_summaries  # scipy and matplotlib: only this command pays their import
     return "\n\n".join(f"{r['study']}{' (pre-registered)' if r['preregistered'] == 'yes' else ''}: {r['question']}\n"
                         f"  verdicts: {r['verdicts']}\n  runs: {r['runs']} (seeds {r['seeds']}); folder: {r['folder']}\n"
-                        f"  rerun: {r['command']}" for r in study_summaries(results))
+                        f"  rerun: {r['command']}; {r['time']}" for r in study_summaries(results))
 
 
 def build_parser() -> argparse.ArgumentParser:

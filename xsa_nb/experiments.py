@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .chat_data import chat_sample_dir
-from .config import SFTConfig, TrainConfig, validate, validate_sft
+from .config import SFTConfig, TrainConfig, cache_dir, validate, validate_sft
 from .published import PUBLISHED_SHAPES
 from .recipe import ASSUMED_MFU, B_REF, run_plan
 from .utils import need
@@ -175,7 +175,7 @@ def make_preset(name: str, scale: Scale, hardware: str) -> Preset:
     return Preset(name, scale, hardware, runs)
 
 # %% ../nbs/09_experiments.ipynb #0e07fe1e
-CACHE = "~/.cache/xsa_nb"
+CACHE = str(cache_dir())  # `$XSA_NB_CACHE` or ~/.cache/xsa_nb (08_config)
 _CPU_BASE = dict(steps=256, warmup_steps=25, lr_scale=4.0, eval_every=32, eval_tokens=65536, save_every=-1,
                  device="cpu", device_batch_size=8)  # the learning curve's point (below): d2 at 1 M tokens, lr × 4
 _GPU_BASE = dict(window_pattern="SSSL", total_batch_size=524288, steps=-1, device="cuda", compile=True, head_dim=64,

@@ -171,7 +171,10 @@ def study_summaries(results: Path) -> list[dict]:
     rows = []
     for s in STUDIES.values():
         runs = read_study(s, results)
+        times = sorted(r["summary"]["train_time"] for r in runs.values() if r["summary"].get("train_time"))
+        hours = times[len(times) // 2] * len(s.runs) / 2 / 3600 if times else None  # two runs at once, one thread each
         rows.append({"study": s.name, "question": s.question, "runs": f"{len(runs)} of {len(s.runs)}",
+                     "time": f"about {hours:.1f} h of training on two cores (its runs' median)" if hours else "–",
                      "seeds": f"{min(s.seeds)}–{max(s.seeds)}", "verdicts": verdict_words(verdict_rows(s, runs)),
                      "preregistered": "yes" if s.prediction else "no", "folder": f"docs/results/{s.results}/",
                      "command": f"xsa_nb reproduce --preset {s.name}"})
