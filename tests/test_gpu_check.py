@@ -50,15 +50,18 @@ def test_the_device_script_runs_every_stage_of_its_cpu_rehearsal_without_rustbpe
     assert len(back) == 2 and back[0].endswith("-cpu.log") and back[1] == back[0].replace(".log", ".tgz"), back
     log = (tmp_path / "out" / back[0]).read_text()
     assert [line.split()[2] for line in log.splitlines() if line.startswith("== stage")] == \
-        ["env", "d24", "attention", "smoke", "bench"], log
+        ["env", "d24", "attention", "pairs", "bench"], log
     with tarfile.open(tmp_path / "out" / back[1]) as tar:
         names = tar.getnames()
         tar.extractall(tmp_path / "got", filter="data")
     assert not [n for n in names if "checkpoint" in n], names
     got = tmp_path / "got" / back[0].removesuffix(".log")
-    for name in ("env.txt", "d24_probe.md", "d24_probe.json", "attention.json", "xsa_dot.json", "smoke/summary.json",
+    for name in ("env.txt", "d24_probe.md", "d24_probe.json", "attention.json", "xsa_dot.json", "gpu/pairs/pairs.json",
+                 "gpu/pairs/verdicts.md", "gpu/pairs/runs/d1_base_s0/summary.json", "gpu/pairs/runs/d1_xsa_s0/metrics.jsonl",
                  "gpu_bench.md", "gpu_bench.json"):
         assert (got / name).is_file(), name
+    pairs = json.loads((got / "gpu" / "pairs" / "pairs.json").read_text())
+    assert pairs["pairs_run"] >= 1 and pairs["stopped"] == "the budget", pairs
     probe = json.loads((got / "d24_probe.json").read_text())
     assert [(r["shape"], r["why"]) for r in probe["rows"][:2]] == \
         [("study_d24", "the preset's rows"), ("nanochat_d24", "the preset's rows")], probe["rows"]
@@ -84,3 +87,38 @@ def test_the_device_script_stops_in_seconds_naming_what_is_missing(tmp_path):
 def test_the_device_script_refuses_unknown_arguments():
     res = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check.sh"), "--gpu"], capture_output=True, text=True)
     assert res.returncode == 2 and "usage: tools/gpu_check.sh" in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # about 60 s on a core of its own
+def test_gpu_pairs_writes_records_and_table_after_each_pair_and_stops_at_its_budget(tmp_path):
+    """The gpu-pairs runner at its tiny size on the CPU: after each pair, that pair's records and a table over every pair
+    so far are on disk; with every seed run it says so; with little time, the budget stops it by its rule."""
+    from xsa_nb.gpu_pairs import run_gpu_pairs
+    study = tmp_path / "all" / "gpu" / "pairs"
+    seen = []
+
+    def after_pair(line: str) -> None:  # the runner logs a pair's line once its files are written
+        if not line.startswith("pair "):
+            return
+        seeds = list(range(len(seen) + 1))
+        for seed in seeds:
+            for arm in ("base", "xsa"):
+                assert sorted(p.name for p in (study / "runs" / f"d1_{arm}_s{seed}").iterdir()) == \
+                    ["metrics.jsonl", "summary.json"], (seed, arm)
+        assert json.loads((study / "pairs.json").read_text())["pairs_run"] == len(seeds)
+        verdicts = (study / "verdicts.md").read_text()
+        assert f"seeds: {', '.join(map(str, seeds))}; arms: base, xsa" in verdicts, verdicts
+        seen.append(line)
+
+    ran = run_gpu_pairs(tmp_path / "all", 1e6, device="cpu", tiny=True, seeds=(0, 1, 2), log=after_pair)
+    assert len(seen) == ran["pairs_run"] == 3 and ran["stopped"] == "every seed ran", (seen, ran)
+    assert (study / "per_run.csv").read_text().count("d1_") == 6
+
+    budget = 30.0
+    ran = run_gpu_pairs(tmp_path / "some", budget, device="cpu", tiny=True, log=lambda s: None)
+    pairs = ran["pairs"]
+    assert ran["stopped"] == "the budget" and 1 <= len(pairs) < 64, ran
+    assert all(p["started_s"] + before["seconds"] <= budget for before, p in zip(pairs, pairs[1:])), pairs
+    assert ran["stop_s"] + pairs[-1]["seconds"] > budget, ran
+    assert json.loads((tmp_path / "some" / "gpu" / "pairs" / "pairs.json").read_text()) == json.loads(json.dumps(ran))

@@ -22,11 +22,14 @@
 #   attention  the attention kernels at the d24 study shape, SDPA against FlexAttention (time, differences, kernels),
 #              one training step of a d4 SSSL model on each                                     -> attention.json
 #              then XSA's projection with each form of its dot product, multiply-sum against bmm    -> xsa_dot.json
-#   smoke      train() end to end on the embedded corpus: d6, 30 steps, bf16, compiled, SSSL at T 2048 on
-#              FlexAttention, validation through the compiled model (the checkpoint is not kept)      -> smoke/
+#   pairs      the gpu-pairs study (nbs/13d_gpu_pairs.ipynb): XSA against the baseline at d6, bf16, compiled, SSSL at
+#              T 2048 on FlexAttention, on the embedded corpus, paired seeds one after another in one process until
+#              its time is spent (what is left minus the bench's BENCH_MIN s); its first pair is train() end to end.
+#              Records (no checkpoints), table and pairs.json written after each pair           -> gpu/pairs/
 #   bench      run_gpu_bench with the time that is left: the study's d12 (768 x 12 heads), baseline, XSA, Delta
 #              Block, baseline on SDPA alone: tokens/s, MFU, peak memory                     -> gpu_bench.md, .json
-# Not here: the gpu-pairs study (paired seeds of XSA against the baseline) and the gpu-smoke preset end to end.
+# To keep the pairs: cp -r <date>-<device>/gpu/pairs docs/results/gpu/ (the studies floor reads them there).
+# Not here: the gpu-smoke preset end to end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=gpu
@@ -67,7 +70,7 @@ python3 - >>"$log" 2>&1 <<'EOF'
 import importlib, os, sys
 from pathlib import Path
 missing = []
-for module in ("torch", "numpy", "pyarrow", "safetensors", "tiktoken", "xsa_nb.bench_gpu", "xsa_nb.trainer"):
+for module in ("torch", "numpy", "pyarrow", "safetensors", "tiktoken", "xsa_nb.bench_gpu", "xsa_nb.gpu_pairs"):
     try:
         importlib.import_module(module)
     except ImportError as e:
@@ -75,7 +78,7 @@ for module in ("torch", "numpy", "pyarrow", "safetensors", "tiktoken", "xsa_nb.b
 corpus = Path("data/sotu")
 for path in [corpus / "tokenizer.json", *[corpus / f"shard_{k:05d}.parquet" for k in range(5)]]:
     if not path.is_file():
-        missing.append(f"file {path} (the embedded corpus: the smoke stage trains on it)")
+        missing.append(f"file {path} (the embedded corpus: the pairs stage trains on it)")
 if os.environ["MODE"] == "gpu":
     try:
         import torch, triton  # torch.compile's GPU kernels are Triton's
@@ -155,19 +158,15 @@ forms = xsa_dot_check("cuda", torch.bfloat16) if os.environ["MODE"] == "gpu" els
 json.dump(forms, open(os.path.join(os.environ["DIR"], "xsa_dot.json"), "w"), indent=2)
 '
 
-stage smoke 100 '
-import json, os
-from xsa_nb.config import TrainConfig
-from xsa_nb.trainer import train
-run_dir = os.path.join(os.environ["DIR"], "smoke")
-if os.environ["MODE"] == "gpu":  # every GPU default (bf16, compile, SSSL, FlexAttention, T 2048) on the embedded corpus
-    cfg = TrainConfig(depth=6, steps=30, total_batch_size=65536, device_batch_size=16, eval_every=15,
-                      eval_tokens=65536, save_every=-1, core_every=-1, data_dir="", tokenizer_path="", run_dir=run_dir)
-else:
-    cfg = TrainConfig(depth=2, steps=3, seq_len=64, device_batch_size=2, total_batch_size=128, eval_every=-1,
-                      eval_tokens=128, save_every=-1, warmup_steps=1, run_dir=run_dir)
-summary = train(cfg, progress=False)
-print(json.dumps({k: summary[k] for k in ("val_bpb", "train_time", "steps", "tokens")}))
+BENCH_MIN=90  # the least time the d12 bench is left: the ceilings, then one variant compiled (about 40-70 s) and timed
+stage pairs $(( (budget - SECONDS) / slack - BENCH_MIN )) '
+import os
+from xsa_nb.gpu_pairs import run_gpu_pairs
+budget = int(os.environ["LIMIT"]) - 25  # Python and torch start inside the limit, and the last table is written in it
+if os.environ["MODE"] == "gpu":
+    run_gpu_pairs(os.environ["DIR"], budget, arms=("base", "xsa"))
+else:  # a few tiny pairs: the rehearsal checks the records, the table and the stop, not the numbers
+    run_gpu_pairs(os.environ["DIR"], min(budget, 30), device="cpu", tiny=True)
 '
 
 stage bench 200 '

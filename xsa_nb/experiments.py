@@ -18,8 +18,9 @@ from .utils import need
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
            'SCALED_SMEAR_LR', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS', 'FINDING_PREDICTION',
-           'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study',
-           'get_preset', 'study_preset', 'run_status', 'train_params', 'plan_experiment', 'plan_experiment_text']
+           'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS', 'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET',
+           'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset',
+           'carried_smear_lr', 'study_preset', 'run_status', 'train_params', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -242,28 +243,35 @@ def get_preset(name: str) -> Preset:
 # %% ../nbs/09_experiments.ipynb #068a06bc
 HEADLINE = {k: v for k, v in next(r for r in PRESETS["cpu"].runs if r.name == run_name(2)).params.items() if k != "seed"}
 "The `cpu` preset's headline baseline as TrainConfig options, without its seed: what every study changes."
-SCALED_SMEAR_LR = TrainConfig().smear_lr * math.sqrt(HEADLINE["total_batch_size"] / B_REF)
-"nanochat's fixed smear-group rate (0.2) carried to the headline's batch by the √(B / B_REF) rule every other rate follows."
+def carried_smear_lr(total_batch_size: int) -> float:
+    "nanochat's fixed smear-group rate (0.2, tuned at B_REF tokens) carried to `total_batch_size` by the √(B / B_REF) rule."
+    return TrainConfig().smear_lr * math.sqrt(total_batch_size / B_REF)
+
+
+SCALED_SMEAR_LR = carried_smear_lr(HEADLINE["total_batch_size"])
+"nanochat's fixed smear-group rate (0.2) carried to the headline's batch, as every other rate of the recipe is."
 ARMS = {"base": {}, "xsa": dict(xsa_alpha=1.0), "delta_block": dict(residual="delta_block"), "delta": dict(residual="delta"),
         "attnres": dict(residual="attnres"), "sink": dict(attn_sink=True), "xsa_sink": dict(xsa_alpha=1.0, attn_sink=True)}
 "The switches of a study's arms, by the name its runs carry (`base`: none)."
 
 
 def study_preset(name: str, question: str, folder: str, arms: tuple[str, ...], seeds, recipe: dict | None = None,
-                 records: tuple[str, ...] = (), prediction: str = "", depth: int = 2) -> Preset:
-    """A study as a preset: each of `arms` (the reference first; names of ARMS) on each of `seeds`, the HEADLINE with
-    `recipe`'s changes; `folder`: its records and tables under docs/results/; `records`: older folders holding its runs."""
+                 records: tuple[str, ...] = (), prediction: str = "", depth: int = 2, base: dict | None = None,
+                 hardware: str = "2 CPU cores, fp32, one thread per run") -> Preset:
+    """A study as a preset: each of `arms` (the reference first; names of ARMS) on each of `seeds`, `base` (the HEADLINE)
+    with `recipe`'s changes; `folder`: its records and tables under docs/results/; `records`: older folders holding its runs."""
     need(len(arms) >= 2 and arms[0] in ARMS, f"study {name!r}: arms {arms} need a reference and one arm at least")
     unknown = [a for a in arms if a not in ARMS]
     need(not unknown, f"study {name!r}: unknown arm(s) {unknown}: allowed are {', '.join(ARMS)}")
     seeds = tuple(seeds)
-    need(len(seeds) >= 2 and len(set(seeds)) == len(seeds), f"study {name!r}: seeds {seeds} must be two distinct seeds or more")
-    base = HEADLINE | (recipe or {}) | (dict(depth=depth) if depth != HEADLINE["depth"] else {})
-    runs = tuple(Run(run_name(depth, arm, s), base | ARMS[arm] | dict(seed=s), dict(CPU_SCALE.eval))
-                 for s in seeds for arm in arms)
+    need(len(seeds) >= 1 and len(set(seeds)) == len(seeds), f"study {name!r}: seeds {seeds} must be one seed or more, each once")
+    base = (base or HEADLINE) | (recipe or {})
+    base |= dict(depth=depth) if depth != base["depth"] else {}
+    evaluate = dict(eval_tokens=base["eval_tokens"], diag_rows=4, device=base["device"])  # on training's validation set
+    runs = tuple(Run(run_name(depth, arm, s), base | ARMS[arm] | dict(seed=s), evaluate) for s in seeds for arm in arms)
     for r in runs:
         validate(TrainConfig(**r.params))
-    return Preset(name, None, "2 CPU cores, fp32, one thread per run", runs, question=question, folder=folder,
+    return Preset(name, None, hardware, runs, question=question, folder=folder,
                   records=records, prediction=prediction, arms=arms, seeds=seeds)
 
 
@@ -274,6 +282,7 @@ QUESTIONS = {
     "delta_routing": "Do delta routes beat the standard stream and AttnRes, and why do their losses jump early?",
     "smear_rate": "What does the smear group's learning rate, carried to the batch, change?",
     "xsa_size": "Does XSA's gain grow with model size?",
+    "gpu": "On a GPU, in nanochat's regime, does XSA lower bpb against the baseline over paired seeds?",
 }
 "The research questions, by the folder under docs/results/ that holds their studies."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
@@ -291,6 +300,22 @@ FINDING_PREDICTION = (
     "SDs (0.0032, 0.0017, 0.0019 bpb), eight seeds resolve about 0.0046, 0.0024 and 0.0028 at the family's strictest "
     "level — a third of each effect seen there (−0.0129, −0.0068, −0.0080).")
 "The default preset's pre-registered prediction and test, committed before any of its runs."
+GPU_PAIRS_ROWS, GPU_PAIRS_STEPS = 16, 60  # 16 × 2048 tokens a step, 60 steps: within one pass of the embedded corpus
+GPU_PAIRS_BASE = HEADLINE | dict(  # the headline's recipe (its lr_scale 4) in nanochat's GPU regime
+    depth=6, device="cuda", seq_len=2048, window_pattern="SSSL", compile=True,  # bf16 and FlexAttention: auto on a GPU
+    device_batch_size=GPU_PAIRS_ROWS, total_batch_size=GPU_PAIRS_ROWS * 2048, steps=GPU_PAIRS_STEPS,
+    warmup_steps=6,  # the headline's tenth of the steps (25 of 256)
+    eval_every=-1, eval_tokens=6 * GPU_PAIRS_ROWS * 2048,  # at the end only, 6 of the validation split's 7 passes
+    core_every=-1, save_every=-1, data_dir="", tokenizer_path="",  # the embedded corpus: the device has no network
+    smear_lr=carried_smear_lr(GPU_PAIRS_ROWS * 2048))
+"The gpu-pairs study's base (13d_gpu_pairs): d6 in nanochat's GPU regime on the embedded corpus, the finding's recipe."
+GPU_PAIRS_PREDICTION = (
+    "Prediction (committed before any of its runs): XSA − baseline (validation bpb, paired by seed) below zero at d6 in "
+    "the GPU regime, as at d2 on the CPU; Delta Block − baseline below zero too where its arm runs. Test: each arm − "
+    "baseline paired over the seeds that ran, the arms compared one family under Holm at α = 0.05; replicates where the "
+    "corrected interval lies wholly below zero, contradicts where wholly above, not resolved otherwise. Every pair that "
+    "ran is reported, none dropped; the number of pairs is what the time budget allowed, fixed before the runs by the "
+    "budget alone.")
 STUDIES = {s.name: s for s in [
     study_preset("finding", "Do XSA, Delta Block and Delta AttnRes lower bpb at the scaled smear rate on fresh seeds?",
                  "replications/finding", ("base", "xsa", "delta_block", "delta"), FINDING_SEEDS, SCALED,
@@ -328,6 +353,9 @@ STUDIES = {s.name: s for s in [
                  records=("xsa_slow_smear",)),
     study_preset("xsa-size-pilot", "How much do paired seeds vary at d4 (256 wide)? The pilot that sizes the size study",
                  "xsa_size/pilot", ("base", "xsa"), range(100, 104), SCALED, depth=4),
+    study_preset("gpu-pairs", QUESTIONS["gpu"], "gpu/pairs", ("base", "xsa", "delta_block"), range(64),
+                 prediction=GPU_PAIRS_PREDICTION, depth=6, base=GPU_PAIRS_BASE,
+                 hardware="one GPU (H100 or H200), bf16, compiled, one process (13d_gpu_pairs: run_gpu_pairs)"),
     study_preset("slow-backout", "Is it the backout scalar's rate that XSA's gain follows?", "smear_rate/slow_backout",
                  ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("xsa_slow_backout",)),
 ]}
