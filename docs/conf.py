@@ -1,4 +1,8 @@
 """Sphinx configuration of the docs site; `xsa_nb docs build` (make docs) writes the pages into docs/_src."""
+import re
+
+from docutils import nodes
+
 project = "xsa_nb"
 author = "xsa_nb contributors"
 copyright = "2026 onwards, xsa_nb contributors"
@@ -17,5 +21,19 @@ html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True,
                       "secondary_sidebar_items": {"*": ["page-toc"], "results/**": []}}
 html_context = {"default_mode": "auto"}  # the theme's colour mode before a reader picks one (empty: a console error)
 html_static_path = ["_static"]
-html_css_files = ["xsa_nb.css"]  # tables scroll inside the content column instead of spilling over it
+html_css_files = ["xsa_nb.css"]  # tables and code fit the content column: cells and lines wrap
 html_favicon = "_static/favicon.svg"  # without one, every browser asks for /favicon.ico and logs a 404
+
+
+def _header_breaks(app, doctree, docname) -> None:
+    """Let a table header break after an underscore (`ci_high` → `ci_` / `high`) but not inside a range of numbers
+    (`0–15`, where a browser would break after the dash); the CSS keeps its words whole."""
+    for head in doctree.findall(nodes.thead):
+        for text in list(head.findall(nodes.Text)):
+            new = re.sub(r"(?<=\d)–(?=\d)", "\u2060–\u2060", str(text).replace("_", "_\u200b"))  # U+2060: no break
+            if new != text:
+                text.parent.replace(text, nodes.Text(new))
+
+
+def setup(app):
+    app.connect("doctree-resolved", _header_breaks)

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
+import json
 import math
 import statistics
 from collections.abc import Callable
@@ -16,20 +18,21 @@ from pathlib import Path
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
 from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_FRESH_16,
-                            DELTA_SCALED_16, EARLY_STEPS, FRESH_TEXT, JUMP_NATS, REPLICATION_WORDS, ROUTING_D4,
-                            SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16, XSA_MID_16,
-                            XSA_SCALED_16, XSA_SINK, Study, by_seed, headline_config, kept_study, layer_mean,
-                            rate_text)
+                            DELTA_SCALED_16, EARLY_STEPS, FRESH_SEEDS, FRESH_TEXT, JUMP_NATS, MANY_SEEDS,
+                            REPLICATION_WORDS, ROUTING_D4, SEED_STUDY_DIRS, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FIRST,
+                            XSA_FRESH_16, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, Study, by_seed,
+                            headline_config, jumps_early, kept_study, layer_mean, own_family, rate_text, seed_study)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
-__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL',
-           'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS',
-           'NOT_BOS', 'CLAIMS', 'COLUMNS', 'NOT_HERE', 'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired',
-           'described', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic',
-           'study_levels', 'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain',
-           'routing_order', 'concentration', 'adjacent_cos', 'conversion', 'study_comparison', 'seed_comparison',
-           'Claim', 'section_link', 'not_here', 'claim_rows', 'write_claims']
+__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL', 'BENCH',
+           'DELTA_VS_BLOCK', 'XSA_JUMPS', 'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN',
+           'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'NOT_BOS', 'CLAIMS', 'COLUMNS', 'NOT_HERE',
+           'SD_RANGE_2DF', 'CLAIMS_NOTES', 'ours_only', 'paired', 'described', 'muon_pair', 'xsa_bpb', 'xsa_core',
+           'chatcore', 'sweep_trend', 'sink_row', 'diagnostic', 'study_levels', 'self_alignment', 'self_weight',
+           'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos',
+           'conversion', 'self_alignment_change', 'xsa_stable', 'delta_memory', 'xsa_overhead', 'study_comparison',
+           'seed_comparison', 'Claim', 'section_link', 'not_here', 'claim_rows', 'write_claims']
 
 # %% ../nbs/12c_claims.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -149,16 +152,50 @@ SELF_COS_LEVEL = "baseline, cos(y, v) before the projection, untrained → train
 "The label of the `xsa_sink` study's row (`study_levels`) that gives the similarity bias its untrained value."
 
 
+BENCH = "bench"
+"The `study` of the benchmark's rows among the ledger's (`13_bench`: docs/results/bench.json)."
+DELTA_VS_BLOCK = tuple((f"Delta AttnRes − Delta Block, smear_lr {rate_text(SEED_STUDY_SMEAR_LR[DELTA_SCALED_16])}{said}",
+                        dirs, seeds) for said, dirs, seeds in (
+    ("", ("delta_block_smear", "delta_smear"), MANY_SEEDS),
+    (" (replication seeds)", ("smear_replication", "delta_smear_replication"), FRESH_SEEDS)))
+"""Delta AttnRes against Delta Block, each read's two arms paired over its sixteen seeds: (label, the seed studies that
+keep the two arms, the seeds). Neither was pre-registered: the replications pre-registered each against the standard."""
+XSA_JUMPS = "XSA runs of the seed studies: early loss jumps"
+"The label of the row (`study_levels`) that counts the XSA runs whose training loss jumped early."
+
+
+def _xsa_runs(results: Path) -> list[dict]:
+    "Every XSA run kept in the seed studies under `results` (its arm `xsa`, any seed)."
+    return [r for d in SEED_STUDY_DIRS if (Path(results) / d).is_dir()
+            for name, r in kept_study(Path(results) / d).items() if name.split("_")[1] == "xsa"]
+
+
 def study_levels(results: Path, preset: str) -> list[dict]:
-    """The baseline's pre-projection cos(y, v) (mean over layers) untrained and trained, over the seeds of the `xsa_sink`
-    study kept under `results` beside `preset`; empty where it is not kept."""
-    if XSA_SINK.preset != preset or not (Path(results) / XSA_SINK.name).is_dir():
-        return []
-    runs, value = kept_study(Path(results) / XSA_SINK.name), layer_mean("cos_before")
-    untrained, trained = (by_seed(runs, XSA_SINK.depth, "base", value, state) for state in ("untrained", "trained"))
-    return [{"study": XSA_SINK.name, "comparison": SELF_COS_LEVEL, "seeds": len(trained),
-             "untrained": statistics.fmean(untrained.values()), "trained": statistics.fmean(trained.values()),
-             "seeds_higher": sum(trained[s] > untrained[s] for s in trained)}]
+    """What the ledger reads straight from the records and the benchmark kept under `results` (docs/results/): the
+    benchmark's rows (any preset); beside the `cpu` preset, the baseline's pre-projection cos(y, v) untrained and
+    trained (`xsa_sink`), Delta AttnRes − Delta Block per read (`DELTA_VS_BLOCK`, each a family of its own) and how
+    many XSA runs of the seed studies jumped early. Each row names its `study` and `comparison`."""
+    results = Path(results)
+    bench = results / "bench.json"
+    rows = [{"study": BENCH, "comparison": BENCH} | r for r in json.loads(bench.read_text())["rows"]] if bench.is_file() else []
+    if XSA_SINK.preset != preset:
+        return rows
+    if (results / XSA_SINK.name).is_dir():
+        runs, value = kept_study(results / XSA_SINK.name), layer_mean("cos_before")
+        untrained, trained = (by_seed(runs, XSA_SINK.depth, "base", value, state) for state in ("untrained", "trained"))
+        rows.append({"study": XSA_SINK.name, "comparison": SELF_COS_LEVEL, "seeds": len(trained),
+                     "untrained": statistics.fmean(untrained.values()), "trained": statistics.fmean(trained.values()),
+                     "seeds_higher": sum(trained[s] > untrained[s] for s in trained)})
+    for label, dirs, seeds in DELTA_VS_BLOCK:
+        if all((results / d).is_dir() for d in dirs):
+            runs = {name: r for d in dirs for name, r in kept_study(results / d).items()}
+            rows.append({"study": " + ".join(dirs), "family_size": 1, "comparison": label, "preregistered": False}
+                        | own_family(seed_study(runs, seeds, ("delta_block", "delta"))["pair"]))
+    if xsa := _xsa_runs(results):
+        rows.append({"study": " + ".join(SEED_STUDY_DIRS), "comparison": XSA_JUMPS, "runs": len(xsa),
+                     "jumped": sum(jumps_early(r["train"]) for r in xsa),
+                     "not_finite": sum(not math.isfinite(r["summary"]["val_bpb"]) for r in xsa)})
+    return rows
 
 
 def self_alignment(t: dict) -> dict | None:
@@ -280,10 +317,79 @@ def adjacent_cos(t: dict) -> dict | None:
                      "cumulative states first already untrained")
 
 
-def conversion(t: dict, cols: dict, what: str) -> dict | None:
-    "The Delta Block conversion row's jump (`JUMP`) or difference from the control (`VS_CONTROL`)."
-    row = next((r for r in t["conversion"] if r["converted_to"] == "delta_block"), None)
-    return paired(row, f"converted to delta_block: {what}", cols) if row else None
+def conversion(t: dict, cols: dict, what: str, residual: str = "delta_block") -> dict | None:
+    "One conversion row's jump (`JUMP`) or difference from the control (`VS_CONTROL`): Delta Block's, or `residual`'s."
+    row = next((r for r in t["conversion"] if r["converted_to"] == residual), None)
+    return paired(row, f"converted to {residual}: {what}", cols) if row else None
+
+
+def self_alignment_change(t: dict) -> dict | None:
+    """XSA − baseline in the pre-projection cos(y, v) and in a_ii (the diagnostics' own family): the verdict says
+    whether both fell (agrees), both rose (contradicts) or neither (mixed)."""
+    rows = [diagnostic(t, label) for label in (SELF_COS, DIAGONAL)]
+    if not all(rows):
+        return None
+    words = {"lower": "agrees", "higher": "contradicts"}
+    ways = {r["direction"] for r in rows}
+    verdict = words.get(ways.pop(), "mixed") if len(ways) == 1 else "mixed"
+    return described("; ".join(f"d{r['depth']} {r['diagnostic']}: baseline {r['baseline']:.3f}, XSA {r['xsa']:.3f}, "
+                               f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] ({100 * r['level']:.2f} % "
+                               "interval)" for r in rows),
+                     f"{verdict} (both {' / '.join(r['direction'] for r in rows)}; family: xsa_diagnostics)",
+                     seeds=rows[0]["seeds"])
+
+
+def xsa_stable(t: dict) -> dict | None:
+    "How many XSA runs of the seed studies jumped early, and how many ended without a finite val bpb (a count, no test)."
+    row = next((r for r in t["studies"] if r["comparison"] == XSA_JUMPS), None)
+    if not row:
+        return None
+    return described(f"{row['jumped']} of {row['runs']} XSA runs of the seed studies jumped early (rose more than "
+                     f"{JUMP_NATS:g} nat above their lowest loss in the first {EARLY_STEPS} steps); {row['not_finite']} "
+                     "without a finite val bpb",
+                     "description: " + ("none jumped, none diverged" if row["jumped"] + row["not_finite"] == 0
+                                        else "some jumped or diverged"))
+
+
+def _bench(t: dict, **match) -> list[dict]:
+    "The benchmark's rows (`study_levels`) whose fields equal `match`."
+    return [r for r in t["studies"] if r["study"] == BENCH and all(r.get(k) == v for k, v in match.items())]
+
+
+def _shape_text(r: dict) -> str:
+    return f"{r['shape']} (d{r['depth']}, {r['n_embd']} wide, T={r['seq_len']})"
+
+
+def delta_memory(t: dict) -> dict | None:
+    """Activations the delta presets keep for backward over the baseline's, per benchmark shape (eager), against the
+    paper's memory: the same order (Delta AttnRes above Delta Block above 1), and whether ours are below theirs."""
+    ratio = {(r["shape"], r["variant"]): r for r in _bench(t, mode="eager") if _number(r.get("act_ratio"))}
+    shapes = [s for s, v in ratio if v == "delta" and (s, "delta_block") in ratio]
+    if not shapes:
+        return None
+    pairs, mem = [(ratio[s, "delta_block"], ratio[s, "delta"]) for s in shapes], PUBLISHED_DELTA["memory_1044M"]
+    order = all(1 < b["act_ratio"] < d["act_ratio"] for b, d in pairs)
+    below = all(b["act_ratio"] - 1 < mem["delta_block_pct"] / 100 and d["act_ratio"] < mem["delta_times"] for b, d in pairs)
+    return described("; ".join(f"{_shape_text(b)}: Delta Block {b['act_ratio']:.3f}×, Delta AttnRes "
+                               f"{d['act_ratio']:.3f}× the baseline's activations" for b, d in pairs),
+                     f"description: {'same order' if order else 'another order'}; "
+                     f"{'both below theirs' if below else 'not both below theirs'} (one benchmark, no interval)")
+
+
+def xsa_overhead(t: dict) -> dict | None:
+    """XSA's step time over the baseline's per benchmark shape and mode (median of the same-round ratios), against the
+    note's early estimate; and in how many the rounds' ratios fall on both sides of 1 (within the rounds' noise)."""
+    rows = _bench(t, variant="xsa")
+    if not rows:
+        return None
+    base = {(r["shape"], r["mode"]): r for r in _bench(t, variant="baseline")}
+    rounds = [[x / b for x, b in zip(r["steps"], base[r["shape"], r["mode"]]["steps"])] for r in rows]
+    both_sides = sum(min(q) < 1 < max(q) for q in rounds)
+    within = all(r["time_ratio"] <= 1 + PUBLISHED_XSA_MUON_OVERHEAD_PCT / 100 for r in rows)
+    return described("; ".join(f"{_shape_text(r)} {r['mode']}: {r['time_ratio']:.3f}× (rounds {min(q):.2f}–{max(q):.2f})"
+                               for r, q in zip(rows, rounds)),
+                     f"description: {'within' if within else 'above'} the note's ~{PUBLISHED_XSA_MUON_OVERHEAD_PCT} % "
+                     f"everywhere; the rounds fall both sides of 1 in {both_sides} of {len(rows)} (one benchmark, no interval)")
 
 
 def study_comparison(t: dict, study: Study, label: str, caveat: str = "") -> dict | None:
@@ -324,17 +430,17 @@ class Claim:
     ours: Callable[[dict], dict | None]  # the report's tables → our side, or None: not measured
     section: tuple[str, str]  # (notebook, heading)
     compares: str  # what of theirs and ours compares
-    kept_beside: str = ""  # the preset whose kept studies answer it (`07c_diagnostics`); empty: the report's own tables
+    kept_beside: str = ""  # the preset whose kept studies answer it (the study notebooks); empty: the report's own tables
 
 
-def _seed_claim(key: str, study: str, claim: str, published: str, label: str, heading: str, compares: str,
+def _seed_claim(key: str, study: str, claim: str, published: str, label: str, section: tuple[str, str], compares: str,
                 seeds: str = "sixteen seeds") -> Claim:
     """A claim answered by a seed study's comparison `label` (`seed_study_rows`): `seeds` at its smear rate, said in
     the claim, with whether that rate is the `cpu` preset's."""
     rate = SEED_STUDY_SMEAR_LR[label]
     recipe = "the preset's recipe" if rate == headline_config().smear_lr else "not the preset's recipe"
     return Claim(key, study, f"{claim}: {seeds} at smear_lr {rate_text(rate)} ({recipe})", published,
-                 lambda t: seed_comparison(t, label), (_STUDIES, heading), compares, kept_beside="cpu")
+                 lambda t: seed_comparison(t, label), section, compares, kept_beside="cpu")
 
 
 def _shape(depth: int) -> str:
@@ -349,8 +455,10 @@ def _ppl(preset: str) -> str:
 _XSA, _MUON, _DELTA = "XSA paper", "XSA under Muon", "Delta AttnRes"
 _DIRECTION = "direction only (theirs: loss; ours: bpb)"
 _PPL = "direction only (theirs: perplexity; ours: bpb)"
-_REPORT, _STUDIES = "12_report", "07c_diagnostics"
-_REPLICATION = "A replication on fresh seeds"
+_REPORT = "12_report"
+_MECHANISMS, _ROUTING, _SMEAR, _FRESH = "20_mechanisms", "21_delta_routing", "22_xsa_smear_rate", "23_replications"
+"The study notebooks whose sections test a claim."
+_REPLICATION = (_FRESH, "A replication on fresh seeds")
 _gains = PUBLISHED_XSA_PAPER["downstream_gain"]
 _cos = PUBLISHED_XSA_PAPER["self_cos"]
 _dw, _d76, _mem = PUBLISHED_DELTA["max_weight"], PUBLISHED_DELTA["ppl_7.6B"], PUBLISHED_DELTA["memory_1044M"]
@@ -362,9 +470,9 @@ CLAIMS = (
           (_REPORT, "Study 1: XSA under Muon"), _DIRECTION),
     *(_seed_claim(key, _XSA, "XSA lowers validation loss", f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}",
                   label, heading, _DIRECTION)
-      for key, label, heading in (("xsa_loss_seeds", XSA_HEAD_16, "XSA over sixteen seeds, at both recipes"),
-                                  ("xsa_loss_seeds_scaled", XSA_SCALED_16, "XSA over sixteen seeds, at both recipes"),
-                                  ("xsa_loss_seeds_mid", XSA_MID_16, "XSA at a smear rate between the two"))),
+      for key, label, heading in (("xsa_loss_seeds", XSA_HEAD_16, (_SMEAR, "XSA over sixteen seeds, at both recipes")),
+                                  ("xsa_loss_seeds_scaled", XSA_SCALED_16, (_SMEAR, "XSA over sixteen seeds, at both recipes")),
+                                  ("xsa_loss_seeds_mid", XSA_MID_16, (_SMEAR, "XSA at a smear rate between the two")))),
     _seed_claim("xsa_loss_seeds_fresh", _XSA, "XSA lowers validation loss (replication, pre-registered)",
                 f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", XSA_FRESH_16, _REPLICATION, _DIRECTION,
                 f"sixteen fresh {FRESH_TEXT}"),
@@ -390,17 +498,21 @@ CLAIMS = (
           "direction (a_ii, XSA − baseline; the sink mechanism itself is not tested)"),
     Claim("xsa_implicit_sink_learned", _XSA, "XSA's implicit sink: an XSA model uses a learned sink less than a baseline",
           "unwanted attention goes to a_ii, and the projection removes it",
-          lambda t: study_comparison(t, XSA_SINK, SINK_USE), (_STUDIES, "XSA and the first token"),
+          lambda t: study_comparison(t, XSA_SINK, SINK_USE), (_MECHANISMS, "XSA and the first token"),
           "direction (ours: mass on a learned sink, mean over layers)", XSA_SINK.preset),
     Claim("xsa_implicit_sink_first_token", _XSA, "XSA's implicit sink takes the mass a baseline parks on the first token",
           "unwanted attention goes to a_ii, and the projection removes it",
-          lambda t: study_comparison(t, XSA_SINK, XSA_FIRST, NOT_BOS), (_STUDIES, "XSA and the first token"),
+          lambda t: study_comparison(t, XSA_SINK, XSA_FIRST, NOT_BOS), (_MECHANISMS, "XSA and the first token"),
           "none (ours: mass on each row's first token, mean over layers: a mid-document token, not BOS)", XSA_SINK.preset),
+    Claim("muon_self_alignment", _MUON, "XSA reduces self-alignment and diagonal attention",
+          "XSA lowers cos(y, v) and the diagonal attention mass", self_alignment_change,
+          (_REPORT, "XSA's attention diagnostics over the seeds"),
+          "direction (ours: cos(y, v) before the projection, which XSA's output is orthogonal to after it; a_ii)"),
     Claim("xsa_overhead", f"{_XSA}; {_MUON}", "XSA's overhead is negligible",
           f"negligible latency and memory; under Muon within run-to-run noise (early estimate "
           f"{PUBLISHED_XSA_MUON_OVERHEAD_PCT} %)",
-          lambda t: described("measured by the benchmark (13_bench), not by the report's runs", "see 13_bench"),
-          ("13_bench", "Results on this machine"), "–"),
+          xsa_overhead, ("13_bench", "Results on this machine"),
+          "direction and size (theirs: d12/d24 training on GPUs; ours: a training step on this CPU, shapes beside)"),
     *(Claim(f"muon_bpb_d{d}", _MUON, f"XSA lowers val bpb ({'smaller' if i == 0 else 'larger'} model)",
             f"{_shape(d)}: {b:.4f} → {x:.4f} val bpb", lambda t, i=i: xsa_bpb(t, larger=i > 0),
             (_REPORT, "Study 1: XSA under Muon"), "direction only (their data and tokenizer)")
@@ -412,13 +524,16 @@ CLAIMS = (
     *(Claim(f"muon_chatcore_{size}", _MUON, "XSA raises ChatCORE after fine-tuning",
             f"{size}: {c['baseline']:.4f} → {c['xsa']:.4f} ChatCORE", chatcore,
             (_REPORT, "Chat models: ChatCORE"), "direction only") for size, c in PUBLISHED_CHATCORE.items()),
+    Claim("muon_stable", _MUON, "XSA trains stably under Muon", "no divergence or NaN", xsa_stable,
+          (_SMEAR, "XSA over sixteen seeds, at both recipes"), "direction (ours: early loss jumps and val bpb, per run)",
+          "cpu"),
     Claim("delta_max_weight", _DELTA, "delta routing concentrates: higher max routing weight than AttnRes",
           f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
           concentration, ("03_routing", "Why routing over cumulative states collapses"),
           "direction only (ours: normalised for the number of sources, (max − 1/S)/(1 − 1/S))"),
     *(Claim(key, _DELTA, f"{name} concentrates more than AttnRes in deep layers (depth 4)",
             f"max weight ≈ {_dw['delta'][0]}–{_dw['delta'][1]} (delta) vs ≈ {_dw['attnres']} (AttnRes), deep layers",
-            lambda t, label=label: study_comparison(t, ROUTING_D4, label), (_STUDIES, "Routing at depth 4"),
+            lambda t, label=label: study_comparison(t, ROUTING_D4, label), (_MECHANISMS, "Routing at depth 4"),
             "direction only (ours: (max − 1/S)/(1 − 1/S), mean over the deep half's routing points" + fewer + ")",
             ROUTING_D4.preset)
       for key, name, label, fewer in (
@@ -435,18 +550,27 @@ CLAIMS = (
     Claim("delta_block_ppl", _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity",
           lambda t: routing_vs_standard(t, "delta_block"), (_REPORT, "Study 3: delta routing"), _PPL),
     *(_seed_claim(key, _DELTA, "Delta Block lowers perplexity", f"{_ppl('delta_block')} perplexity", label, heading, _PPL)
-      for key, label, heading in (("delta_block_ppl_seeds", BLOCK_HEAD_16, "Delta Block over sixteen seeds"),
-                                  ("delta_block_ppl_seeds_scaled", BLOCK_SCALED_16, "The smear rate carried to the batch"))),
+      for key, label, heading in (("delta_block_ppl_seeds", BLOCK_HEAD_16, (_ROUTING, "Delta Block over sixteen seeds")),
+                                  ("delta_block_ppl_seeds_scaled", BLOCK_SCALED_16, (_ROUTING, "The smear rate carried to the batch")))),
     _seed_claim("delta_block_ppl_seeds_fresh", _DELTA, "Delta Block lowers perplexity (replication, pre-registered)",
                 f"{_ppl('delta_block')} perplexity", BLOCK_FRESH_16, _REPLICATION, _PPL,
                 f"sixteen fresh {FRESH_TEXT}"),
     Claim("delta_ppl", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity most", f"{_ppl('delta')} perplexity",
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
     _seed_claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity",
-                f"{_ppl('delta')} perplexity", DELTA_SCALED_16, "Delta AttnRes at the scaled smear rate", _PPL),
+                f"{_ppl('delta')} perplexity", DELTA_SCALED_16, (_ROUTING, "Delta AttnRes at the scaled smear rate"), _PPL),
     _seed_claim("delta_ppl_seeds_fresh", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity (replication, "
-                "pre-registered)", f"{_ppl('delta')} perplexity", DELTA_FRESH_16, "Delta AttnRes on the fresh seeds", _PPL,
+                "pre-registered)", f"{_ppl('delta')} perplexity", DELTA_FRESH_16, (_FRESH, "Delta AttnRes on the fresh seeds"), _PPL,
                 f"sixteen fresh {FRESH_TEXT}"),
+    *(Claim(key, _DELTA, f"Delta AttnRes best, Delta Block close: {seeds} at smear_lr "
+            f"{rate_text(SEED_STUDY_SMEAR_LR[DELTA_SCALED_16])} (not the preset's recipe)",
+            "; ".join(f"{size}: Delta Block {ppl['delta_block']:.2f}, Delta AttnRes {ppl['delta']:.2f}"
+                      for size, ppl in PUBLISHED_DELTA_PPL.items()) + " perplexity",
+            lambda t, label=label: seed_comparison(t, label), section, _PPL, "cpu")
+      for key, seeds, (label, _, _), section in (
+          ("delta_vs_block_seeds", "sixteen seeds", DELTA_VS_BLOCK[0], (_ROUTING, "Delta AttnRes at the scaled smear rate")),
+          ("delta_vs_block_seeds_fresh", f"sixteen fresh {FRESH_TEXT}", DELTA_VS_BLOCK[1],
+           (_FRESH, "Delta AttnRes on the fresh seeds")))),
     Claim("delta_order", _DELTA, "perplexity order of the residual presets",
           "; ".join(f"{size}: {' < '.join(sorted(ppl, key=ppl.get))}" for size, ppl in PUBLISHED_DELTA_PPL.items()),
           routing_order, (_REPORT, "Study 3: delta routing"), "order only"),
@@ -454,10 +578,15 @@ CLAIMS = (
           f"7.6B: Delta Block {_d76['delta_block']:.2f} vs {_d76['compared']:.2f} perplexity", lambda t: None,
           (_REPORT, "Study 3: delta routing"), "–"),
     Claim("delta_memory", _DELTA, "the memory the delta presets cost",
-          f"1044M: Delta Block +{_mem['delta_block_pct']} %, Delta AttnRes {_mem['delta_times']}×", lambda t: None,
-          ("03_routing", "Memory"), "–"),
+          f"1044M: Delta Block +{_mem['delta_block_pct']} %, Delta AttnRes {_mem['delta_times']}×", delta_memory,
+          ("03_routing", "Memory"), "order and size (theirs: a 1044M model's memory; ours: activations kept for "
+          "backward at depth 4, shapes beside; the delta presets' extra grows with the sources, so with depth)"),
     Claim("delta_no_spike", _DELTA, "converting a trained model to Delta Block: no loss spike",
           "no loss spike at conversion", lambda t: conversion(t, JUMP, "jump at conversion"),
+          (_REPORT, "Study 3: delta routing"), "direction (ours: val bpb jump, paired)"),
+    Claim("attnres_conversion_jump", _DELTA, "converting a trained model to AttnRes: a loss spike (implied: AttnRes "
+          "converts worst)", f"after fine-tuning: AttnRes {_ft['attnres']} %, base {_ft['standard']} % accuracy; "
+          "no spike said only of Delta Block", lambda t: conversion(t, JUMP, "jump at conversion", "attnres"),
           (_REPORT, "Study 3: delta routing"), "direction (ours: val bpb jump, paired)"),
     Claim("delta_finetune", _DELTA, "a converted Delta Block ends better than the unconverted model",
           f"after fine-tuning: Delta Block {_ft['delta_block']} %, base {_ft['standard']} %, "
@@ -518,16 +647,16 @@ CLAIMS_NOTES = (
     "probability, in the unit of ours; with 3 seeds the SD it rests on has 2 degrees of freedom, so the mde is itself "
     "uncertain: the 95 % range of σ is about {:.2f}–{:.1f} × the sample SD; descriptions and exploratory rows are "
     "outside the family".format(*SD_RANGE_2DF),
-    "a verdict that names a family is a study's kept beside the preset (07c_diagnostics; docs/results/<study>/): "
+    "a verdict that names a family is a study's kept beside the preset (the study notebooks; `docs/results/<question>/<study>/`): "
     "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
     "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
     "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model); "
     "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
-    "seeds, at the level Holm's correction gives it in the family named (07c_diagnostics); a pre-registered "
+    "seeds, at the level Holm's correction gives it in the family named; a pre-registered "
     "replication's row (fresh seeds 16–31) says replicates / contradicts in place of better / worse; a routing "
     "preset's verdict against the standard residual says in how many of its seeds the training loss jumped early "
     f"(rose more than {JUMP_NATS:g} nat above its lowest so far in the first {EARLY_STEPS} steps; the routing table's "
-    "jumped): at three seeds such a verdict can follow how many jumped (07c_diagnostics)",
+    "jumped): at three seeds such a verdict can follow how many jumped",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "
     "named; theirs are loss, perplexity, accuracy or CORE of their models: only what `compares` says compares",
     f"'{NOT_MEASURED}': no complete run of the preset, nor a study kept beside it, measures it; '{NOT_HERE}': a "
@@ -536,16 +665,18 @@ CLAIMS_NOTES = (
 
 
 def _cell(row: dict) -> dict:
-    "A ledger row as the Markdown shows it: the verdict first (in view on a narrow screen), the section as a link."
+    """A ledger row as the page shows it: verdict, claim (a link to the section that tests it), ours and theirs first,
+    in view at once; then seeds, mde and what compares. The study and the interval's numbers stay in the CSV."""
     notebook, _, anchor = row["section"].removeprefix("../../").partition(".html#")
-    return {"verdict": row["verdict"], "claim": row["claim"], "ours": row["ours"], "seeds": row["seeds"],
-            "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–", "study": row["study"],
-            "published": row["published"], "compares": row["compares"],
-            "section": f'<a href="{row["section"]}">{notebook}#{anchor}</a>'}
+    return {"verdict": row["verdict"],
+            "claim": f'<a href="{row["section"]}" title="{notebook}#{anchor}">{html.escape(row["claim"], quote=False)}</a>',
+            "ours": row["ours"], "theirs": f"{row['study']}: {row['published']}", "seeds": row["seeds"],
+            "mde": f"{row['mde']:.4f}" if _number(row["mde"]) else "–", "compares": row["compares"]}
 
 
 def write_claims(rows: list[dict], out_dir: Path, preset: str = "") -> list[Path]:
-    "Write the ledger as `claims.csv` (every column) and `claims.md` (title, notes, table) into `out_dir`."
+    """Write the ledger as `claims.csv` (every column) and `claims.md` (title, how to read it folded, the table) into
+    `out_dir`."""
     out_dir = Path(out_dir)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
@@ -553,8 +684,11 @@ def write_claims(rows: list[dict], out_dir: Path, preset: str = "") -> list[Path
     w.writerows(rows)
     atomic_write_text(out_dir / "claims.csv", buf.getvalue())
     title = "# Claims ledger" + (f": `{preset}` preset" if preset else "")
-    md = (f"{title}\n\nEvery claim of the three studies, theirs beside ours, written from the records by "
-          "`12c_claims`.\n\n" + "".join(f"- {n}\n" for n in CLAIMS_NOTES) + "\n"
-          + markdown_table([_cell(r) for r in rows], empty="_no claims_"))
+    notes = "".join(f"- {n}\n" for n in CLAIMS_NOTES)
+    md = (f"{title}\n\nEvery claim of the three studies, theirs beside ours, written from the records by `12c_claims` "
+          "(every column, the interval's numbers among them, in `claims.csv`).\n\n"
+          f"<details>\n<summary>How to read this ledger</summary>\n\n{notes}\n</details>\n\n"
+          '<div class="claims-ledger">\n\n'  # the docs site's column widths (docs/_static)
+          + markdown_table([_cell(r) for r in rows], empty="_no claims_") + "\n</div>\n")
     atomic_write_text(out_dir / "claims.md", md)
     return [out_dir / "claims.csv", out_dir / "claims.md"]

@@ -9,6 +9,7 @@ import ast
 import hashlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -20,13 +21,13 @@ import yaml
 from execnb.nbio import nb2str, read_nb
 from nbdev.config import get_config
 
-from .experiments import PIPELINE_CHECKS
+from .experiments import DEFAULT_PRESET, PIPELINE_CHECKS
 from .utils import atomic_write_text, sphinx_anchor
 
 # %% auto #0
 __all__ = ['README_NOTE', 'REPORT_PAGES', 'split_directives', 'readme_from_index', 'sync_readme', 'skip_flags', 'notebook_hash',
-           'execute_notebook', 'relink', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy', 'run_cli',
-           'copy_results', 'build_site']
+           'execute_notebook', 'relink', 'site_links', 'sphinx_notebook', 'cells_mixing_imports', 'executed_copy',
+           'run_cli', 'copy_results', 'site_toc', 'build_site']
 
 # %% ../nbs/91_docs.ipynb #2ab83d3b
 _DIRECTIVE = re.compile(r"^\s*#\|\s?(.*)$")
@@ -147,6 +148,16 @@ def relink(markdown: str, doc_url: str, pages: dict[str, str]) -> str:
     return pattern.sub(local, markdown)
 
 
+_ROOT_LINK = re.compile(r'(\]\(|href=")docs/([^)"#\s]+)')
+
+
+def site_links(markdown: str, page: str) -> str:
+    """Point the links written from the repository's root (`docs/results/README.md`, as the README has them) at the
+    site's own pages, as seen from `page` (`index`, `results/headline`): the site's root is `docs/`."""
+    here = posixpath.dirname(page) or "."
+    return _ROOT_LINK.sub(lambda m: m.group(1) + posixpath.relpath(m.group(2), here), markdown)
+
+
 def _text(source) -> str:
     return "".join(source) if isinstance(source, list) else source
 
@@ -166,6 +177,7 @@ def sphinx_notebook(nb: dict, doc_url: str = "", pages: dict[str, str] | None = 
         if cell["cell_type"] == "markdown":
             if source.startswith("<!-- WARNING"):
                 continue
+            source = site_links(source, "index")  # every notebook page sits at the site's root
             cells.append(dict(cell, source=relink(source, doc_url, pages) if doc_url else source))
             continue
         directives, code = split_directives(source)
@@ -181,7 +193,7 @@ def sphinx_notebook(nb: dict, doc_url: str = "", pages: dict[str, str] | None = 
             if "text/markdown" in out.get("data", {}):  # show_doc output; its leading rule is not valid there
                 md = re.sub(r"^\s*---\s*\n", "", _text(out["data"]["text/markdown"]))
                 md = _SOURCE_LINK.sub("", md)
-                md = relink(md, doc_url, pages) if doc_url else md
+                md = site_links(relink(md, doc_url, pages) if doc_url else md, "index")
                 out = dict(out, data=dict(out["data"], **{"text/markdown": md}))
             outputs.append(out)
         cells.append(dict(cell, source=code, outputs=outputs, metadata={"tags": sorted(tags)} if tags else {}))
@@ -238,7 +250,28 @@ def copy_results(results: Path, dest: Path, pipeline_checks: bool = False) -> li
     for md in dest.rglob("*.md"):
         if md.name not in REPORT_PAGES and md.parent != dest:
             md.unlink()
+        else:  # a page written for the README (headline.md) links from the repository's root
+            page = str(md.relative_to(dest.parent).with_suffix(""))
+            md.write_text(site_links(md.read_text(encoding="utf-8"), page), encoding="utf-8")
     return sorted(str(p.relative_to(dest.parent).with_suffix("")) for p in dest.rglob("*.md"))
+
+
+def site_toc(pages: list[str]) -> list[tuple[str, list[str]]]:
+    """The sidebar's sections, in order: Results (the results index, the claims ledgers, the presets' reports, the
+    benchmarks), Studies (the study notebooks, `nbs/2*_*`), Study records (each study's tables, `results/<question>/
+    <study>/`), Notebooks (the others, in their order)."""
+    def rank(page: str) -> tuple:
+        parts = page.split("/")
+        kind = 0 if page == "results/README" else 1 if parts[-1] == "claims" else 2 if len(parts) > 2 else 3
+        return kind, DEFAULT_PRESET not in parts, parts
+
+    results = sorted((p for p in pages if p.startswith("results/")), key=rank)
+    records = [p for p in results if p.count("/") > 2]
+    studies = [p for p in pages if re.match(r"2\d*_", p)]
+    notebooks = [p for p in pages if p != "index" and not p.startswith("results/") and p not in studies]
+    sections = (("Results", [p for p in results if p not in records]), ("Studies", studies), ("Study records", records),
+                ("Notebooks", notebooks))
+    return [(caption, section) for caption, section in sections if section]
 
 
 def build_site(root: Path | None = None, out: Path | None = None, execute: bool = True, pipeline_checks: bool = False,
@@ -281,7 +314,8 @@ def build_site(root: Path | None = None, out: Path | None = None, execute: bool 
     toc = [p for p in pages if p != "index"]
     toc += copy_results(results, src_dir / "results", pipeline_checks) if results.exists() else []
     index = json.loads((src_dir / "index.ipynb").read_text(encoding="utf-8"))
-    index["cells"][-1]["source"] = "```{toctree}\n:maxdepth: 1\n:caption: Notebooks\n\n" + "\n".join(toc) + "\n```"
+    index["cells"][-1]["source"] = "\n\n".join(f"```{{toctree}}\n:maxdepth: 1\n:caption: {caption}\n\n" + "\n".join(section)
+                                               + "\n```" for caption, section in site_toc(toc))
     (src_dir / "index.ipynb").write_text(json.dumps(index, indent=1), encoding="utf-8")
     log(f"sphinx-build: {len(toc) + 1} pages into {out}")
     subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",

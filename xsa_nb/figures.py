@@ -5,7 +5,10 @@
 # %% ../nbs/12d_figures.ipynb #cadef8af
 from __future__ import annotations
 
+import math
+import re
 import statistics
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -18,8 +21,8 @@ from .records import EARLY_STEPS
 from .stats import mean_interval
 
 # %% auto #0
-__all__ = ['SWEEP_AXES', 'VERDICT_COLOURS', 'save_figure', 'val_band', 'xsa_muon_figure', 'xsa_sweep_figure', 'routing_figures',
-           'early_loss_figure', 'effects_figure']
+__all__ = ['SWEEP_AXES', 'VERDICT_COLOURS', 'RESOLVED', 'WIDE', 'save_figure', 'val_band', 'xsa_muon_figure', 'xsa_sweep_figure',
+           'routing_figures', 'early_loss_figure', 'effect_family', 'effect_panels', 'panel_finding', 'effects_figure']
 
 # %% ../nbs/12d_figures.ipynb #3b2b78fa
 def save_figure(fig: plt.Figure, path: Path) -> Path:
@@ -206,25 +209,77 @@ def early_loss_figure(preset: Preset, runs: dict, path: Path, steps: int = EARLY
 
 # %% ../nbs/12d_figures.ipynb #e5b6610d
 VERDICT_COLOURS = {"better": "tab:green", "worse": "tab:red", "jumps": "tab:red", "not resolved": "tab:gray"}
+RESOLVED = ("better", "worse", "jumps")
+"The verdicts of an interval that excludes 0."
+WIDE = 10
+"A panel holds the comparisons that reach no further from 0 than WIDE times its narrowest interval's width."
+
+
+def effect_family(label: str) -> str:
+    "The family of a comparison, from its label as `family_members` (`12_report`) writes it: XSA, routing or conversion."
+    if label.startswith("converted to "):
+        return "conversion"
+    return "routing" if re.search(r" − (standard|plain)\b", label) else "XSA"
+
+
+def _reach(r: dict) -> float:
+    "How far from 0 a comparison's point and interval reach."
+    return max([abs(r["diff"])] + [abs(r[k]) for k in ("low", "high") if r.get(k) is not None])
+
+
+def effect_panels(comparisons: list[tuple[str, dict]]) -> list[tuple[str, list[tuple[str, dict]]]]:
+    "(panel name, its rows): one panel per family, split again where intervals reach beyond WIDE × the narrowest one."
+    panels = []
+    for family in dict.fromkeys(effect_family(label) for label, _ in comparisons):
+        rows, name = [(label, r) for label, r in comparisons if effect_family(label) == family], family
+        while rows:
+            intervals = [r for _, r in rows if r.get("low") is not None and r["high"] > r["low"]]
+            narrowest = min(intervals, key=lambda r: r["high"] - r["low"], default=None)
+            cut = max(WIDE * (narrowest["high"] - narrowest["low"]), _reach(narrowest)) if narrowest else math.inf
+            panels.append((name, [(label, r) for label, r in rows if _reach(r) <= cut]))
+            rows, name = [(label, r) for label, r in rows if _reach(r) > cut], f"{family}, wider intervals"
+    return panels
+
+
+def panel_finding(name: str, rows: list[tuple[str, dict]], width: int = 70) -> str:
+    "A panel's title: the comparisons its intervals resolve, by verdict and name, then how many are not resolved."
+    resolved = {}
+    for label, r in rows:
+        if r["verdict"] in RESOLVED:
+            resolved.setdefault(r["verdict"], []).append(label.split(" (n=")[0])
+    found = "; ".join(f"{v}: {', '.join(labels)}" for v, labels in resolved.items()) or "no difference resolved"
+    unresolved = sum(r.get("low") is not None and r["verdict"] not in RESOLVED for _, r in rows)
+    one_seed = sum(r.get("low") is None for _, r in rows)
+    rest = ", ".join(s for s in (f"{unresolved} not resolved" * bool(unresolved), f"{one_seed} with one seed" * bool(one_seed)) if s)
+    return textwrap.fill(f"{name}: {found}" + (f" ({rest})" if rest and resolved else f": {rest}" if rest else ""), width)
 
 
 def effects_figure(comparisons: list[tuple[str, dict]], path: Path, title: str) -> Path:
-    "One row per (label, {diff, low, high, verdict}): the difference and its interval, coloured by the verdict."
+    """One row per (label, {diff, low, high, verdict}): the difference and its interval, coloured by the verdict, in
+    panels of their own scale (`effect_panels`), each titled with what it found."""
     comparisons = [(label, r) for label, r in comparisons if r.get("diff") is not None]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(comparisons) + 1.4))
-    for y, (label, r) in enumerate(reversed(comparisons)):
-        colour = VERDICT_COLOURS.get(r["verdict"], "tab:blue")
-        if r.get("low") is not None:
-            ax.errorbar([r["diff"]], [y], xerr=[[r["diff"] - r["low"]], [r["high"] - r["diff"]]], fmt="o", color=colour,
-                        capsize=3)
-        else:  # one seed: a point without an interval, hollow
-            ax.plot([r["diff"]], [y], "o", mfc="none", color=colour)
-    ax.set_yticks(range(len(comparisons)), [label for label, _ in reversed(comparisons)], fontsize=8)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set(xlabel="difference in validation bits per byte (< 0: lower than the reference)")
-    fig.suptitle(title, fontsize=11)  # centred over the labels too: a long title stays inside the figure
-    ax.grid(alpha=0.3, axis="x")
+    panels = effect_panels(comparisons) or [("no paired comparison yet", [])]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, sum(0.34 * len(rows) + 1.1 for _, rows in panels) + 0.8),
+                             squeeze=False, gridspec_kw={"height_ratios": [len(rows) + 2.2 for _, rows in panels]})
+    for ax, (name, rows) in zip(axes[:, 0], panels):
+        for y, (label, r) in enumerate(reversed(rows)):
+            colour = VERDICT_COLOURS.get(r["verdict"], "tab:blue")
+            if r.get("low") is not None:
+                ax.errorbar([r["diff"]], [y], xerr=[[r["diff"] - r["low"]], [r["high"] - r["diff"]]], fmt="o",
+                            color=colour, capsize=3)
+            else:  # one seed: a point without an interval, hollow
+                ax.plot([r["diff"]], [y], "o", mfc="none", color=colour)
+        ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=8)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_title(panel_finding(name, rows), fontsize=9, loc="left")
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1, 0].set_xlabel("difference in validation bits per byte (< 0: lower than the reference); each panel its own scale")
+    n = sum(r.get("low") is not None for _, r in comparisons)
+    k = sum(r["verdict"] in RESOLVED for _, r in comparisons)
+    fig.suptitle(f"{title}\n{k} of {n} paired comparisons resolved", fontsize=11)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v != "jumps"]
     handles.append(plt.Line2D([], [], marker="o", ls="", mfc="none", color="tab:blue", label="exploratory (1 seed)"))
-    ax.legend(handles=handles, fontsize=7, loc="best")
+    fig.legend(handles=handles, fontsize=8, ncol=len(handles), loc="upper center", bbox_to_anchor=(0.5, 0))  # hides no point
     return save_figure(fig, path)

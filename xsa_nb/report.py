@@ -403,7 +403,7 @@ def family_note(labels: list[str], alpha: float = FAMILY_ALPHA) -> str:
             "ci_low/ci_high is the paired Student-t interval at level `level` (1 − Holm's threshold of its rank), "
             f"p_holm the adjusted p-value; better / worse only when that interval excludes 0 (p_holm ≤ {alpha:g}); "
             "mde (not resolved rows): the true difference its seeds would resolve with 80 % probability at its level, "
-            "from sd_diff (exact noncentral t; ≈ (t_{1−α/2,n−1} + t_{0.8,n−1}) · sd_diff / √n); "
+            "from sd_diff (exact noncentral t; ≈ (t at 1 − α/2 plus t at 0.8, each with n − 1 degrees of freedom) · sd_diff / √n); "
             "'exploratory (1 seed)': one seed, not in the family; sd_diff, level and p_holm are in each table's CSV")
 
 # %% ../nbs/12_report.ipynb #9fb01600
@@ -517,7 +517,7 @@ def write_report(preset: str | Preset, runs_dir: Path, out_dir: Path, allow_mixe
                              f"jumped: the paired seeds whose run of the row's residual (not its reference) jumps early: "
                              f"its training loss rises more than {JUMP_NATS:g} nat above its lowest so far in the first "
                              f"{EARLY_STEPS} steps (routing_early_loss.png); at a few seeds a "
-                             "routed arm's verdict can follow how many of its runs jumped (07c_diagnostics: Delta Block "
+                             "routed arm's verdict can follow how many of its runs jumped (21_delta_routing: Delta Block "
                              "over sixteen seeds)",
                              verdict_note, PUBLISHED_NOTES["routing"]], BPB_UNITS)
     files += write_table(routing_point_rows(p, runs), out_dir, "routing_points",

@@ -194,7 +194,8 @@ def write_results_index(results: Path) -> Path:
         if not studies and not others:
             continue
         lines.append(f"## {question}\n")
-        rows = [{"study": f"[{s.name}]({s.results}/index.md)", "verdicts": summaries[s.name]["verdicts"],
+        rows = [{"study": f"[{s.name}]({s.results}/index.md)" if (results / s.results / "index.md").is_file() else s.name,
+                 "verdicts": summaries[s.name]["verdicts"],
                  "seeds": summaries[s.name]["seeds"], "runs": summaries[s.name]["runs"],
                  "records": ", ".join(f"`{f}/`" for f in (s.records or (f"{s.results}/runs",))),
                  "command": f"`xsa_nb reproduce --preset {s.name}`"} for s in studies]
