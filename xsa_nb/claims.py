@@ -332,10 +332,9 @@ def self_alignment_change(t: dict) -> dict | None:
     words = {"lower": "agrees", "higher": "contradicts"}
     ways = {r["direction"] for r in rows}
     verdict = words.get(ways.pop(), "mixed") if len(ways) == 1 else "mixed"
-    return described("; ".join(f"d{r['depth']} {r['diagnostic']}: baseline {r['baseline']:.3f}, XSA {r['xsa']:.3f}, "
-                               f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] ({100 * r['level']:.2f} % "
-                               "interval)" for r in rows),
-                     f"{verdict} (both {' / '.join(r['direction'] for r in rows)}; family: xsa_diagnostics)",
+    return described("; ".join(paired(r, f"d{r['depth']} {r['diagnostic']}: baseline {r['baseline']:.3f}, XSA "
+                                         f"{r['xsa']:.3f}, XSA − baseline", unit="")["ours"] for r in rows),
+                     f"{verdict} (cos(y, v) {rows[0]['direction']}, a_ii {rows[1]['direction']}; family: xsa_diagnostics)",
                      seeds=rows[0]["seeds"])
 
 
