@@ -13,7 +13,7 @@ LAYERS = [
     ("model", {"model"}),
     ("evaluation and data", {"tokenizer", "data", "eval", "core_eval", "diagnostics", "chat_data", "chat_eval"}),
     ("training", {"config", "recipe", "checkpoint", "trainer"}),
-    ("studies", {"experiments", "runner", "records", "report", "figures", "stats", "published", "claims", "studies", "study_runs"}),
+    ("studies", {"experiments", "runner", "records", "report", "figures", "stats", "published", "claims", "claim_sources", "studies", "study_runs"}),
     ("tooling", {"bench", "bench_gpu", "bench_history", "bench_bf16", "gpu_pairs", "docs", "params", "cli"}),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .chat_data import CHAT_TASKS
-from .claims import claim_rows, study_levels, write_claims
+from .claim_sources import study_levels
+from .claims import claim_rows, write_claims
 from .data import default_data_dir
 from .core_eval import CORE_TASKS
 from .eval import count_model_bpb, training_counts
