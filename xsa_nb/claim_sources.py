@@ -150,14 +150,15 @@ DELTA_VS_BLOCK = tuple((f"Delta AttnRes − Delta Block, smear_lr {rate_text(SEE
     ("", ("delta_block_smear", "delta_smear"), MANY_SEEDS),
     (" (replication seeds)", ("smear_replication", "delta_smear_replication"), FRESH_SEEDS)))
 """Delta AttnRes against Delta Block, each read's two arms paired over its sixteen seeds: (label, the seed studies that
-keep the two arms, the seeds). Neither was pre-registered: the replications pre-registered each against the standard."""
+keep the two arms, by their names in SEED_STUDY_DIRS, the seeds). Neither was pre-registered: the replications
+pre-registered each against the standard."""
 XSA_JUMPS = "XSA runs of the seed studies: early loss jumps"
 "The label of the row (`study_levels`) that counts the XSA runs whose training loss jumped early."
 
 
 def _xsa_runs(results: Path) -> list[dict]:
     "Every XSA run kept in the seed studies under `results` (its arm `xsa`, any seed)."
-    return [r for d in SEED_STUDY_DIRS if (Path(results) / d).is_dir()
+    return [r for d in dict.fromkeys(SEED_STUDY_DIRS.values()) if (Path(results) / d).is_dir()
             for name, r in kept_study(Path(results) / d).items() if name.split("_")[1] == "xsa"]
 
 
@@ -171,15 +172,16 @@ def study_levels(results: Path, preset: str) -> list[dict]:
     rows = [{"study": BENCH, "comparison": BENCH} | r for r in json.loads(bench.read_text())["rows"]] if bench.is_file() else []
     if XSA_SINK.preset != preset:
         return rows
-    if (results / XSA_SINK.name).is_dir():
-        runs, value = kept_study(results / XSA_SINK.name), layer_mean("cos_before")
+    if (results / XSA_SINK.folder).is_dir():
+        runs, value = kept_study(results / XSA_SINK.folder), layer_mean("cos_before")
         untrained, trained = (by_seed(runs, XSA_SINK.depth, "base", value, state) for state in ("untrained", "trained"))
         rows.append({"study": XSA_SINK.name, "comparison": SELF_COS_LEVEL, "seeds": len(trained),
                      "untrained": statistics.fmean(untrained.values()), "trained": statistics.fmean(trained.values()),
                      "seeds_higher": sum(trained[s] > untrained[s] for s in trained)})
     for label, dirs, seeds in DELTA_VS_BLOCK:
-        if all((results / d).is_dir() for d in dirs):
-            runs = {name: r for d in dirs for name, r in kept_study(results / d).items()}
+        folders = tuple(dict.fromkeys(SEED_STUDY_DIRS[d] for d in dirs))
+        if all((results / f).is_dir() for f in folders):
+            runs = {name: r for f in folders for name, r in kept_study(results / f).items()}
             rows.append({"study": " + ".join(dirs), "family_size": 1, "comparison": label, "preregistered": False}
                         | own_family(seed_study(runs, seeds, ("delta_block", "delta"))["pair"]))
     if xsa := _xsa_runs(results):

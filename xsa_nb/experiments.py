@@ -74,7 +74,7 @@ class Preset:
     runs: tuple[Run, ...]
     question: str = ""                  # what it answers, in one line
     folder: str = ""                    # its records' and tables' folder under docs/results/ ("": its name)
-    records: tuple[str, ...] = ()       # older folders under docs/results/ holding runs made before it was a preset
+    records: tuple[str, ...] = ()       # folders under docs/results/ holding the runs made before it was a preset
     prediction: str = ""                # its prediction and test, written before its runs ("": exploratory)
     arms: tuple[str, ...] = ()          # a study's arms, the reference first
     seeds: tuple[int, ...] = ()         # a study's seeds, every arm on each
@@ -259,7 +259,8 @@ def study_preset(name: str, question: str, folder: str, arms: tuple[str, ...], s
                  records: tuple[str, ...] = (), prediction: str = "", depth: int = 2, base: dict | None = None,
                  hardware: str = "2 CPU cores, fp32, one thread per run") -> Preset:
     """A study as a preset: each of `arms` (the reference first; names of ARMS) on each of `seeds`, `base` (the HEADLINE)
-    with `recipe`'s changes; `folder`: its records and tables under docs/results/; `records`: older folders holding its runs."""
+    with `recipe`'s changes; `folder`: its records and tables under docs/results/; `records`: the folders holding the
+    runs made before it was a preset."""
     need(len(arms) >= 2 and arms[0] in ARMS, f"study {name!r}: arms {arms} need a reference and one arm at least")
     unknown = [a for a in arms if a not in ARMS]
     need(not unknown, f"study {name!r}: unknown arm(s) {unknown}: allowed are {', '.join(ARMS)}")
@@ -322,42 +323,45 @@ STUDIES = {s.name: s for s in [
                  prediction=FINDING_PREDICTION),
     study_preset("smear-replication", "Do XSA's and Delta Block's gains at the scaled smear rate replicate on seeds 16–31?",
                  "replications/smear_replication", ("base", "xsa", "delta_block"), range(16, 32), SCALED,
-                 records=("smear_replication",), prediction=("Prediction (committed in c61d1d8, the commit that made its runs, before any of them): XSA − baseline "
+                 records=("replications/smear_replication/runs",),
+                 prediction=("Prediction (committed in c61d1d8, the commit that made its runs, before any of them): XSA − baseline "
                              "and Delta Block − baseline below zero, as on seeds 0–15. Test: each paired over seeds 16–31, the "
                              "two one family under Holm; replicates, contradicts or not resolved.")),
     study_preset("delta-replication", "Does Delta AttnRes's gain at the scaled smear rate replicate on seeds 16–31?",
                  "replications/delta_replication", ("base", "delta"), range(16, 32), SCALED,
-                 records=("smear_replication", "delta_smear_replication"),
+                 records=("replications/smear_replication/runs", "replications/delta_replication/runs"),
                  prediction=("Prediction (committed in 0330dea, the commit that made its runs, before any of them): Delta AttnRes − "
                              "baseline below zero, as on seeds 0–15. Test: paired over seeds 16–31, a family of one; "
                              "replicates, contradicts or not resolved.")),
     study_preset("xsa-seeds", "Does XSA lower bpb over sixteen seeds at nanochat's recipe?", "xsa_effect/xsa_seeds",
-                 ("base", "xsa"), range(16), records=("delta_block_seeds", "xsa_seeds")),
+                 ("base", "xsa"), range(16), records=("delta_routing/delta_block_seeds/runs", "xsa_effect/xsa_seeds/runs")),
     study_preset("xsa-sink", "Does XSA use a learned attention sink less than the baseline does?", "xsa_effect/xsa_sink",
-                 ("base", "xsa", "xsa_sink", "sink"), range(3), records=("xsa_sink",)),
+                 ("base", "xsa", "xsa_sink", "sink"), range(3), records=("xsa_effect/xsa_sink/runs",)),
     study_preset("delta-block-seeds", "How often does Delta Block's loss jump early, and what does a jump cost?",
-                 "delta_routing/delta_block_seeds", ("base", "delta_block"), range(16), records=("delta_block_seeds",)),
+                 "delta_routing/delta_block_seeds", ("base", "delta_block"), range(16),
+                 records=("delta_routing/delta_block_seeds/runs",)),
     study_preset("delta-block-warmup", "Does twice the warmup stop Delta Block's early jumps?",
                  "delta_routing/delta_block_warmup", ("base", "delta_block"), range(16), dict(warmup_steps=50),
-                 records=("delta_block_warmup",)),
+                 records=("delta_routing/delta_block_warmup/runs",)),
     study_preset("routing-d4", "At depth 4, does delta routing stay sharper than AttnRes over cumulative states?",
                  "delta_routing/routing_d4", ("attnres", "delta_block", "delta"), range(3), dict(n_embd=128), depth=4,
-                 records=("routing_d4",)),
+                 records=("delta_routing/routing_d4/runs",)),
     study_preset("scaled-smear", "With the smear rate carried to the batch, do XSA and the delta routes lower bpb?",
                  "smear_rate/scaled_smear", ("base", "xsa", "delta_block", "delta"), range(16), SCALED,
-                 records=("delta_block_smear", "delta_smear", "xsa_smear")),
+                 records=("smear_rate/scaled_smear/runs",)),
     study_preset("mid-smear", "Does XSA's gain grow with the smear rate's reduction (a rate halfway)?",
-                 "smear_rate/mid_smear", ("base", "xsa"), range(16), dict(smear_lr=MID_SMEAR_LR), records=("xsa_mid_smear",)),
+                 "smear_rate/mid_smear", ("base", "xsa"), range(16), dict(smear_lr=MID_SMEAR_LR),
+                 records=("smear_rate/mid_smear/runs",)),
     study_preset("slow-smear", "Is it the smear gate and scalar's rate that XSA's gain follows?", "smear_rate/slow_smear",
                  ("base", "xsa"), range(16), dict(smear_lr=SCALED_SMEAR_LR, backout_lr=TrainConfig().smear_lr),
-                 records=("xsa_slow_smear",)),
+                 records=("smear_rate/slow_smear/runs",)),
     study_preset("xsa-size-pilot", "How much do paired seeds vary at d4 (256 wide)? The pilot that sizes the size study",
                  "xsa_size/pilot", ("base", "xsa"), range(100, 104), SCALED, depth=4),
     study_preset("gpu-pairs", QUESTIONS["gpu"], "gpu/pairs", ("base", "xsa", "delta_block"), range(64),
                  prediction=GPU_PAIRS_PREDICTION, depth=6, base=GPU_PAIRS_BASE,
                  hardware="one GPU (H100 or H200), bf16, compiled, one process (13d_gpu_pairs: run_gpu_pairs)"),
     study_preset("slow-backout", "Is it the backout scalar's rate that XSA's gain follows?", "smear_rate/slow_backout",
-                 ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("xsa_slow_backout",)),
+                 ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("smear_rate/slow_backout/runs",)),
 ]}
 "Every study, by name: `xsa_nb studies` lists them, `xsa_nb reproduce --preset NAME` runs one."
 DEFAULT_PRESET = "finding"

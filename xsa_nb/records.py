@@ -30,9 +30,9 @@ __all__ = ['EARLY_STEPS', 'CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS',
            'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
            'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
            'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
-           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'study_table',
-           'jumps_early', 'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family', 'own_family',
-           'loss_climb', 'headline_config', 'rate_text', 'seed_study_rows']
+           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'runs_folder',
+           'study_table', 'jumps_early', 'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family',
+           'own_family', 'loss_climb', 'headline_config', 'rate_text', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -241,32 +241,43 @@ def study_rows(runs: dict, depth: int, comparisons: tuple[Comparison, ...]) -> l
 
 @dataclass(frozen=True)
 class Study:
-    "A study kept beside a preset: its directory under docs/results/, the preset it extends, its depth, its family."
+    "A study kept beside a preset: its name (its family's in the ledger), the preset it extends, depth, family, runs' folder."
     name: str
     preset: str  # the preset whose headline recipe its runs train
     depth: int
     comparisons: tuple[Comparison, ...]
+    kept_in: str = ""  # the folder under docs/results/ that keeps its runs ("": its name)
+
+    @property
+    def folder(self) -> str:
+        "The folder under docs/results/ that keeps its runs."
+        return self.kept_in or self.name
+
+
+def runs_folder(study: str) -> str:
+    "The folder under docs/results/ that keeps study preset `study`'s runs (`study_preset`, `09_experiments`): its runs/."
+    return f"{get_preset(study).results}/runs"
 
 
 DELTA_BLOCK_DEEP, DELTA_DEEP = "Delta Block − AttnRes, deep concentration", "Delta AttnRes − AttnRes, deep concentration"
 XSA_FIRST, SINK_USE = "XSA − baseline, first-token mass", "XSA with sink − baseline with sink, sink mass"
 "The labels of the comparisons the claims ledger reads (`12c_claims`)."
 ROUTING_D4 = Study("routing_d4", "cpu", 4, ((DELTA_BLOCK_DEEP, "attnres", "delta_block", deep_concentration),
-                                            (DELTA_DEEP, "attnres", "delta", deep_concentration)))
+                                            (DELTA_DEEP, "attnres", "delta", deep_concentration)), runs_folder("routing-d4"))
 XSA_SINK = Study("xsa_sink", "cpu", 2, (("XSA − baseline, a_ii", "base", "xsa", layer_mean("diagonal_mass")),
                                         (XSA_FIRST, "base", "xsa", layer_mean("first_mass")),
                                         ("XSA with sink − XSA, a_ii", "xsa", "xsa_sink", layer_mean("diagonal_mass")),
                                         (SINK_USE, "sink", "xsa_sink", layer_mean("sink_mass")),
                                         ("baseline with sink − baseline, first-token mass", "base", "sink",
-                                         layer_mean("first_mass"))))
+                                         layer_mean("first_mass"))), runs_folder("xsa-sink"))
 STUDIES = (ROUTING_D4, XSA_SINK)
 "The studies kept beside a preset (`20_mechanisms`), each with its comparisons in the order its table shows them."
 
 
 def study_table(results: Path, preset: str, studies: tuple[Study, ...] = STUDIES) -> list[dict]:
     "Every comparison of the studies of `preset` kept under `results` (`docs/results/`), each row naming its study."
-    return [{"study": s.name} | row for s in studies if s.preset == preset and (Path(results) / s.name).is_dir()
-            for row in study_rows(kept_study(Path(results) / s.name), s.depth, s.comparisons)]
+    return [{"study": s.name} | row for s in studies if s.preset == preset and (Path(results) / s.folder).is_dir()
+            for row in study_rows(kept_study(Path(results) / s.folder), s.depth, s.comparisons)]
 
 # %% ../nbs/12e_records.ipynb #dd2220df
 JUMP_NATS = 1.0
@@ -358,10 +369,13 @@ FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
 "FRESH_SEEDS as the claims and notebooks say them."
 REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
 "The replications' pre-registered words for a corrected interval below zero, above it, or neither (`23_replications`)."
-SEED_STUDY_DIRS = ("delta_block_seeds", "delta_block_smear", "delta_smear", "xsa_seeds", "xsa_smear", "xsa_mid_smear",
-                   "smear_replication", "delta_smear_replication")
-"""Their directories under docs/results/: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA,
-then the replications on FRESH_SEEDS."""
+SEED_STUDY_DIRS = {family: runs_folder(study) for family, study in (
+    ("delta_block_seeds", "delta-block-seeds"), ("delta_block_smear", "scaled-smear"), ("delta_smear", "scaled-smear"),
+    ("xsa_seeds", "xsa-seeds"), ("xsa_smear", "scaled-smear"), ("xsa_mid_smear", "mid-smear"),
+    ("smear_replication", "smear-replication"), ("delta_smear_replication", "delta-replication"))}
+"""Each seed study's runs by the name the ledger gives it (the folder it was first kept in), with the folder under
+docs/results/ keeping them: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA, then the
+replications on FRESH_SEEDS (the three at the scaled rate share scaled-smear's folder)."""
 PREREGISTERED = ("smear_replication", "delta_smear_replication")
 "The seed studies whose prediction and test were committed before any of their runs was made (`23_replications`)."
 
@@ -395,11 +409,13 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
     Holm level in its family (`study`: the family, of `family_size` comparisons; `preregistered`: one of
     PREREGISTERED); empty for a preset other than `cpu` or where none is kept, refused where only some are."""
     results = Path(results)
-    missing = [d for d in SEED_STUDY_DIRS if not (results / d).is_dir()]
-    if preset != "cpu" or len(missing) == len(SEED_STUDY_DIRS):
+    folders = sorted(set(SEED_STUDY_DIRS.values()))
+    missing = [f for f in folders if not (results / f).is_dir()]
+    if preset != "cpu" or len(missing) == len(folders):
         return []
     need(not missing, f"the seed studies are kept only in part under {results}: {', '.join(missing)} missing")
-    kept = {d: kept_study(results / d) for d in SEED_STUDY_DIRS}
+    read = {f: kept_study(results / f) for f in folders}
+    kept = {family: read[f] for family, f in SEED_STUDY_DIRS.items()}
     block_head = seed_study(kept["delta_block_seeds"], MANY_SEEDS)
     block_scaled, block_changes = recipe_family(block_head, seed_study(kept["delta_block_smear"], MANY_SEEDS))
     delta = seed_study(kept["delta_block_smear"] | kept["delta_smear"], MANY_SEEDS, ("base", "delta"))

@@ -18,15 +18,20 @@ from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
-__all__ = ['ARM_LABELS', 'STUDY_FILES', 'OTHER_RECORDS', 'GROUPS', 'HEADLINE_READS', 'study_run_dirs', 'read_study',
-           'study_depth', 'arm_bpb', 'arm_jumps', 'verdict_rows', 'finding_sentence', 'provenance_line',
+__all__ = ['ARM_LABELS', 'STUDY_FILES', 'OTHER_RECORDS', 'GROUPS', 'HEADLINE_READS', 'study_folders', 'study_run_dirs',
+           'read_study', 'study_depth', 'arm_bpb', 'arm_jumps', 'verdict_rows', 'finding_sentence', 'provenance_line',
            'write_study_report', 'verdict_words', 'study_summaries', 'write_results_index', 'published_direction',
            'cell_text', 'headline_rows', 'finding_text', 'write_headline']
 
 # %% ../nbs/12f_studies.ipynb #c818c3dd
+def study_folders(preset: Preset) -> tuple[str, ...]:
+    "The folders under docs/results/ that may keep study `preset`'s runs, each once: its runs/ folder, then its `records`."
+    return tuple(dict.fromkeys((f"{preset.results}/runs", *preset.records)))
+
+
 def study_run_dirs(preset: Preset, results: Path) -> dict[str, Path]:
-    "Where each complete run of study `preset` is kept under `results` (docs/results/): its runs/ folder, then its `records`."
-    places = [Path(results) / preset.results / "runs", *(Path(results) / f for f in preset.records)]
+    "Where each complete run of study `preset` is kept under `results` (docs/results/): the first of `study_folders`."
+    places = [Path(results) / f for f in study_folders(preset)]
     found = {}
     for run in preset.runs:
         kept = next((p / run.name for p in places if (p / run.name / "summary.json").is_file()), None)
@@ -99,7 +104,7 @@ def provenance_line(preset: Preset, runs: dict, results: Path | None = None) -> 
     commits = sorted({p.get("commit", "unknown")[:7] + (" (uncommitted changes)" if p.get("dirty") else "") for p in prov})
     machines = sorted({p.get("device_name") or r["summary"].get("device", "?") for p, r in zip(prov, runs.values())})
     threads = sorted({str(p.get("threads", "?")) for p in prov})
-    folders = [f for f in (f"{preset.results}/runs", *preset.records) if results is None or (Path(results) / f).is_dir()]
+    folders = [f for f in study_folders(preset) if results is None or (Path(results) / f).is_dir()]
     return (f"{len(runs)} of {len(preset.runs)} runs; commit {', '.join(commits) or '–'}; on {', '.join(machines) or '–'}, "
             f"{', '.join(threads) or '–'} thread(s) per run; records: " + ", ".join(f"`docs/results/{f}/`" for f in folders))
 
@@ -115,8 +120,8 @@ def write_study_report(preset: str | Preset, results: Path, out_dir: Path | None
     need(p.scale is None, f"{p.name!r} is a preset of many studies, not a study: its report is 12_report's write_report")
     out_dir = Path(out_dir or Path(results) / p.results)
     runs = read_study(p, results)
-    # a study made before presets, kept in several folders, pairs runs that several commits made (its page lists them)
-    check_one_commit(runs, allow_mixed_commits or len(p.records) > 1)
+    # a study made before presets pairs runs that several commits made (its page lists them)
+    check_one_commit(runs, allow_mixed_commits or bool(p.records))
     rows = verdict_rows(p, runs)
     family = (f"family: the {len(rows) - 1} comparisons of this study under Holm (α = 0.05): ci_low/ci_high at level "
               "(in the CSV), verdict only when it excludes 0; mde: the effect its seeds resolve with 80 % power")
@@ -147,18 +152,19 @@ def write_study_report(preset: str | Preset, results: Path, out_dir: Path | None
 OTHER_RECORDS = {
     "cpu": ("contrast", "All three papers' claims at d2 at nanochat's recipe, few seeds each", "xsa_nb report --preset cpu --from-records"),
     "cpu-bf16": ("contrast", "The same 37 runs under bf16 autocast", "xsa_nb report --preset cpu-bf16 --from-records"),
-    "learning_curve": ("sizing", "Sizing the cpu preset: a learning curve over tokens and rates", "09_experiments"),
-    "cpu_first_pass": ("sizing", "The first pass of the headline at × 8: the runs spike", "09_experiments"),
-    "xsa_pilot": ("sizing", "A variance pilot: where the XSA question can be answered", "09_experiments"),
-    "recipe": ("sizing", "nanochat's recipe at work, and bf16 on the CPU", "08c_trainer"),
-    "baseline_reruns": ("reproducibility", "Reruns of kept baselines by later commits: bit for bit", "the studies floor"),
+    "cpu_preset/learning_curve": ("cpu_preset", "Sizing the cpu preset: a learning curve over tokens and rates", "09_experiments"),
+    "cpu_preset/cpu_first_pass": ("cpu_preset", "The first pass of the headline at × 8: the runs spike", "09_experiments"),
+    "cpu_preset/xsa_pilot": ("cpu_preset", "A variance pilot: where the XSA question can be answered", "09_experiments"),
+    "cpu_preset/recipe": ("cpu_preset", "nanochat's recipe at work, and bf16 on the CPU", "08c_trainer"),
+    "reproducibility/baseline_reruns": ("reproducibility", "Reruns of kept baselines by later commits: bit for bit", "the studies floor"),
     "gpu": ("gpu", "What has run on a GPU", "13_bench"),
 }
-"Folders of docs/results/ that hold run records or measurements but no study preset: (group, what, where it is read)."
+"""Folders of docs/results/ that hold run records or measurements but no study preset, each under its group's folder
+where it has one: (group, what, where it is read)."""
 GROUPS = QUESTIONS | {"contrast": "What do the papers' claims look like at d2 with nanochat's recipe unchanged?",
-                      "sizing": "How were the CPU preset's size, tokens and rates chosen?",
+                      "cpu_preset": "How were the CPU preset's size, tokens and rates chosen?",
                       "reproducibility": "Do the records repeat?", "gpu": "What has run on a GPU?"}
-"Every group of the results index: the research questions, then the folders that serve them."
+"Every group of the results index, by its folder under docs/results/: the research questions, then the folders that serve them."
 
 
 def verdict_words(rows: list[dict]) -> str:
@@ -203,9 +209,10 @@ def write_results_index(results: Path) -> Path:
                   "command": f"`{where}`" if where.startswith("xsa_nb") else f"read in `{where}`"}
                  for f, (_, what, where) in others.items()]
         lines.append(markdown_table(rows))
-    missing = sorted(p.name for p in results.iterdir() if p.is_dir() and p.name not in OTHER_RECORDS
-                     and p.name not in GROUPS and not any(p.name in s.records for s in STUDIES.values())
-                     and p.name not in PRESETS)
+    listed = {*OTHER_RECORDS, *PRESETS, *(s.results for s in STUDIES.values())}
+    folders = [p for p in results.iterdir() if p.is_dir()]  # a group's folder: each folder in it on a line too
+    folders += [q for p in folders if p.name in GROUPS and p.name not in listed for q in p.iterdir() if q.is_dir()]
+    missing = sorted(f for f in (p.relative_to(results).as_posix() for p in folders) if f not in listed and f not in GROUPS)
     need(not missing, f"folders of {results} on no line of the results index: {missing}: give each a study or an OTHER_RECORDS entry")
     return atomic_write_text(results / "README.md", "\n".join(lines))
 

@@ -22,13 +22,15 @@ from .trainer import keep_run
 from .utils import markdown_table, need, one_thread, repo_root
 
 # %% auto #0
-__all__ = ['RESULTS', 'STUDY_ROWS', 'study_configs', 'records_dir', 'kept_records', 'diagnose', 'measure_run', 'make_study',
-           'check_made', 'study_line', 'seed_tables', 'recipe_tables', 'verdict_row', 'interval_text',
+__all__ = ['RESULTS', 'RERUNS', 'STUDY_ROWS', 'study_configs', 'records_dir', 'kept_records', 'diagnose', 'measure_run',
+           'make_study', 'check_made', 'study_line', 'seed_tables', 'recipe_tables', 'verdict_row', 'interval_text',
            'plot_seed_study', 'plot_effects']
 
 # %% ../nbs/09d_study_runs.ipynb #fa2ad335
 RESULTS = repo_root() / "docs" / "results"
 "Where every study keeps its records: `docs/results/` of the source checkout."
+RERUNS = RESULTS / "reproducibility" / "baseline_reruns"
+"Kept baselines retrained by later commits, a folder per check: the records repeat (`22_xsa_smear_rate`, `23_replications`)."
 STUDY_ROWS = 16
 "The validation rows `measure_run` diagnoses, each of the run's length."
 
