@@ -194,3 +194,24 @@ def test_a_killed_run_leaves_a_failed_notebook_not_a_running_one(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, proc.stderr.read()[-3000:]
     assert sorted(p.name for p in (tmp_path / "run").glob("train*.ipynb")) == ["train.failed.ipynb"]
+
+
+def test_reproduce_help_lists_each_preset_and_study_with_its_question_and_time_here(tmp_path, monkeypatch):
+    """`reproduce --help` has a row per preset and study with what it answers; once a dry run here has estimated a
+    preset, its row shows that time (kept in the cache directory: the help plans nothing), and one line says how the
+    others get theirs. (Before any dry run, the rows without times: 90_cli.)"""
+    from xsa_nb.cli import PRESET_WHAT
+    from xsa_nb.experiments import PRESETS, STUDIES
+    from xsa_nb.recipe import duration_text
+    from xsa_nb.runner import kept_estimates
+
+    monkeypatch.setenv("XSA_NB_CACHE", str(tmp_path / "cache"))
+    env = ENV | {"XSA_NB_CACHE": str(tmp_path / "cache")}
+    dry = subprocess.run([XSA_NB, "reproduce", "--preset", "smoke", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    said = subprocess.run([XSA_NB, "reproduce", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True).stdout
+    smoke = f"≥ {duration_text(kept_estimates()['smoke']['seconds'])}"  # the dry run's total; its fine-tuning unplanned
+    for name, what in [*((n, PRESET_WHAT[n]) for n in PRESETS), *((n, s.question) for n, s in STUDIES.items())]:
+        time = smoke if name == "smoke" else ""  # no dry run of the others here
+        assert f"\n  {name:<20} {time:>{len(smoke)}}  {what}\n" in said, (name, said)
+    assert f"times: as this machine's last `xsa_nb reproduce --preset NAME --dry-run` estimated them (kept in {tmp_path}/cache/" in said

@@ -203,6 +203,23 @@ def test_the_debug_variable_shows_the_traceback(tmp_path):
     assert "Cell In[" in said and "xsa_nb/config.py" in said and "Refusal" in said, said[-3000:]
 
 
+def test_papermills_error_for_a_refusal_is_its_one_line(tmp_path, monkeypatch):
+    """What a program calling papermill (`xsa_nb train`, `reproduce`) catches: the `PapermillExecutionError` of a
+    refused notebook holds the Refusal's one line — the kernel rendered it through `Refusal._render_traceback_` —
+    and no traceback through the notebook or xsa_nb."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    monkeypatch.delenv("IN_TEST", raising=False)
+    monkeypatch.delenv("XSA_NB_DEBUG", raising=False)
+    with pytest.raises(PapermillExecutionError) as caught:
+        papermill.execute_notebook(str(ROOT / "nbs" / "10_train.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"depth": 0}, cwd=str(tmp_path), progress_bar=False)
+    e, message = caught.value, "depth must be an integer >= 1, got 0"
+    assert (e.ename, e.evalue, e.traceback) == ("Refusal", message, [f"Refusal: {message}"]), e.traceback
+    assert "Traceback (most recent call last)" not in str(e) and str(e).strip().endswith(f"Refusal: {message}"), str(e)
+
+
 def test_a_run_directory_of_another_configuration_is_refused(tmp_path):
     from xsa_nb.config import TrainConfig
     run = tmp_path / "run"

@@ -2,7 +2,7 @@
 signatures and every figure the executed notebooks produced. Then every page is loaded in a headless Chromium, as a
 reader sees it at 1280 px: no console errors, the maths typeset and no TeX left raw, every image loaded, the results
 pages showing their tables and figures, each report's claims ledger with links that reach their sections, no table
-wider than the content column and no header broken inside a word, code that fits the column, the finding's table on
+wider than the content column and no header broken inside a word, no placeholder of a path taken for a tag, code that fits the column, the finding's table on
 the landing page's first screens, and a sidebar that leads with the results. Screenshots of the landing page, 01_xsa,
 the results index, the cpu results and claims ledger and the first study page are kept in `_artifacts/screenshots/`."""
 import html
@@ -65,6 +65,11 @@ FACTS = r"""(() => {
             /[_^]\{/.test(n.textContent))
           raw.push(n.textContent.trim().slice(0, 120));
       return raw;
+    })(),
+    swallowed: (() => {  // a path whose placeholder (`<study>` outside code) the HTML took for a tag: "docs/results//"
+      const prose = column.cloneNode(true);  // the text as read, less code and scripts (`//`: an operator, a comment)
+      prose.querySelectorAll("pre, code, .highlight, script, style").forEach(e => e.remove());
+      return (prose.textContent.match(/\S*[\w-]\/\/(?!\/)\S*/g) || []).filter(p => !p.includes("://"));
     })(),
     broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute("src")),
     rawTables: (() => {  // Markdown table rows left as text outside code: tables that were not rendered
@@ -267,6 +272,12 @@ def test_code_fits_the_column(browsed):
             if f["code"]["overflowing"] > 3}
     assert not wide, wide
     assert browsed["01_xsa.html"]["code"]["blocks"] > 30  # the check saw the derivation's code
+
+
+def test_no_placeholder_is_swallowed(browsed):
+    "A `<study>` written outside code is read as an HTML tag and vanishes: no `docs/results//` on any page."
+    swallowed = {page: f["swallowed"] for page, f in browsed.items() if f["swallowed"]}
+    assert not swallowed, swallowed
 
 
 def test_no_tex_is_left_raw(browsed):

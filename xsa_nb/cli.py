@@ -9,22 +9,26 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 
 from . import bench, data, docs
 from .checkpoint import convert_checkpoint, read_json
 from .core_eval import build_eval_bundle
-from .experiments import DEFAULT_PRESET, PRESETS, STUDIES
+from .experiments import DEFAULT_PRESET, PRESETS, STUDIES, get_preset
 from .params import checked_eval_params, checked_train_params, notebook_params, parse_params
+from .recipe import STATED_PEAK_FLOPS, duration_text
 from .runner import RunsFailed, failure_line, project_root, report, reproduce, run_papermill, submit_preset
+from .runner import estimates_file, kept_estimates
 from .tokenizer import train_tokenizer
 from .trainer import train
 from .utils import Refusal, need, repo_root
 
 # %% auto #0
-__all__ = ['PRESET_WHAT', 'run_data_command', 'eval_results', 'run_command', 'ParamsHelp', 'presets_text', 'studies_text',
-           'build_parser', 'run_preset_command', 'main']
+__all__ = ['PRESET_WHAT', 'run_data_command', 'eval_results', 'run_command', 'LateHelp', 'params_text', 'estimate_words',
+           'presets_text', 'studies_text', 'build_parser', 'run_preset_command', 'main']
 
 # %% ../nbs/90_cli.ipynb #e63f6c89
 def _add_data_parser(sub) -> None:
@@ -140,35 +144,59 @@ def run_command(args: argparse.Namespace, root: Path | None = None) -> int:
     return 0
 
 # %% ../nbs/90_cli.ipynb #de9cca71
-class ParamsHelp(argparse.Action):
-    "`-h` of `train` and `eval`: the usage, then every parameter of the notebook with its default and meaning."
+class LateHelp(argparse.Action):
+    "`-h` whose epilog `text()` is written only when help is asked for: a notebook's parameters, the presets' times."
 
-    def __init__(self, option_strings, dest, notebook: str = "", **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="show this help and every parameter, then exit", **kwargs)
-        self.notebook = notebook
+    def __init__(self, option_strings, dest, text: Callable[[], str] = str, **kwargs):
+        # dest and default SUPPRESS, as argparse's own -h: the parsed arguments hold no `help`
+        super().__init__(option_strings, argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs)
+        self.text = text
 
     def __call__(self, parser, namespace, values, option_string=None):
-        params = notebook_params(repo_root() / "nbs" / self.notebook)
-        width, dwidth = max(map(len, params)), max(len(p["source"]) for p in params.values())
-        parser.epilog = (f"parameters (-p NAME VALUE) of nbs/{self.notebook}, with their defaults:\n" +
-                         "\n".join(f"  {n:<{width}}  {p['source']:<{dwidth}}  {p['help']}" for n, p in params.items()))
+        parser.epilog = self.text()
         parser.print_help()
         parser.exit()
 
 
+def params_text(notebook: str) -> str:
+    "`-h` of `train` and `eval`: every parameter of `nbs/<notebook>` with its default and meaning."
+    params = notebook_params(repo_root() / "nbs" / notebook)
+    width, dwidth = max(map(len, params)), max(len(p["source"]) for p in params.values())
+    return (f"parameters (-p NAME VALUE) of nbs/{notebook}, with their defaults:\n" +
+            "\n".join(f"  {n:<{width}}  {p['source']:<{dwidth}}  {p['help']}" for n, p in params.items()))
+
+
+def estimate_words(name: str, kept: dict) -> str:
+    "A kept estimate (`kept_estimates`) as the help says it: its time, '≥' where fine-tuning is left out, on what."
+    sft = any(r.kind == "sft" for r in get_preset(name).runs)  # 14_sft sizes itself from its mixture: not planned
+    n = kept["nproc"]
+    if kept.get("peak_flops") == STATED_PEAK_FLOPS:  # planned where the GPU is not: at an H100's stated peak
+        on = f" on {n} H100s" if n > 1 else " on an H100"
+    else:
+        on = f" on {n} GPUs" if n > 1 else ""
+    return f"{'≥ ' if sft else ''}{duration_text(kept['seconds'])}{on}"
+
+
 def presets_text() -> str:
-    "Every preset and study with what it answers, for `reproduce --help`."
-    lines = ["presets (many studies at once):"] + [f"  {n:<20} {PRESET_WHAT.get(n, p.hardware)}" for n, p in PRESETS.items()]
-    lines += ["studies (one question each; `xsa_nb studies` adds their verdicts):"]
-    lines += [f"  {n:<20} {s.question}" for n, s in STUDIES.items()]
-    return "\n".join(lines)
+    "`reproduce --help`: every preset and study with what it answers and its time here, as its last dry run estimated it."
+    kept = kept_estimates()  # a file read: planning every preset anew would take a minute
+    times = {n: estimate_words(n, kept[n]) for n in [*PRESETS, *STUDIES] if n in kept}
+    width = max(map(len, times.values()), default=0)
+    row = lambda name, what: f"  {name:<20} {times.get(name, ''):>{width}}{'  ' if width else ''}{what}"  # noqa: E731
+    dry = "`xsa_nb reproduce --preset NAME --dry-run`"
+    how = (f"times: as this machine's last {dry} estimated them (kept in {estimates_file()}); a row without one has "
+           "had no dry run here" if times else f"no times yet: {dry} prints a preset's plan and its estimated time on "
+           "this machine, and this list shows that time from then on")
+    return "\n".join(["presets (many studies at once):", *(row(n, PRESET_WHAT.get(n, p.hardware)) for n, p in PRESETS.items()),
+                      "studies (one question each; `xsa_nb studies` adds their verdicts):",
+                      *(row(n, s.question) for n, s in STUDIES.items()), how])
 
 
 PRESET_WHAT = {"smoke": "a pipeline check in minutes: tiny models, every table and figure written",
-               "cpu": "all three papers' claims at d2 with nanochat's recipe: 37 runs, about 40 min on 2 cores",
+               "cpu": "all three papers' claims at d2 with nanochat's recipe: 37 runs",
                "cpu-bf16": "the cpu preset under bf16 autocast (a CPU with bf16 units)",
                "gpu-smoke": "the GPU path in minutes on one GPU, no network",
-               "d12": "every study at depths 6-12 on a GPU node (hours)", "d24": "every study at depths 12-24 (a day)"}
+               "d12": "every study at depths 6-12 on a GPU node", "d24": "every study at depths 12-24 on a GPU node"}
 "What each preset of many studies is for, in a line."
 
 
@@ -204,14 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="one training run (nbs/10_train.ipynb through papermill)", add_help=False,
                        formatter_class=raw, description="Train one model: nbs/10_train.ipynb through papermill, the "
                        "executed notebook kept as RUN_DIR/train.ipynb (default RUN_DIR: a fresh runs/<date>-<time>-d<depth>).")
-    t.add_argument("-h", "--help", action=ParamsHelp, notebook="10_train.ipynb")
+    t.add_argument("-h", "--help", action=LateHelp, text=partial(params_text, "10_train.ipynb"),
+                   help="show this help and every parameter, then exit")
     t.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a 10_train parameter")
     t.add_argument("--direct", action="store_true", help="call the trainer directly (for torchrun), no notebook")
     ev = sub.add_parser("eval", help="evaluate a run directory (nbs/11_eval.ipynb through papermill)", add_help=False,
                         formatter_class=raw, description="Evaluate a finished run: nbs/11_eval.ipynb through papermill, "
                         "the executed notebook kept as RUN_DIR/eval.ipynb; the results are written to RUN_DIR/eval.json "
                         "and printed.")
-    ev.add_argument("-h", "--help", action=ParamsHelp, notebook="11_eval.ipynb")
+    ev.add_argument("-h", "--help", action=LateHelp, text=partial(params_text, "11_eval.ipynb"),
+                    help="show this help and every parameter, then exit")
     ev.add_argument("run_dir", type=Path, help="a run directory written by xsa_nb train (or 10_train)")
     ev.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="an 11_eval parameter")
 
@@ -227,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--trust", action="store_true", help="required: say that you trust where the run came from")
 
     rp = sub.add_parser("reproduce", help="train and evaluate a preset or a study, then write its report",
-                        formatter_class=raw, epilog=presets_text())
+                        formatter_class=raw, add_help=False)
+    rp.add_argument("-h", "--help", action=LateHelp, text=presets_text,
+                    help="show this help, every preset and study with its question and time here, then exit")
     rp.add_argument("--preset", default=DEFAULT_PRESET, choices=[*PRESETS, *STUDIES], metavar="NAME",
                     help=f"a preset or study, listed below (default: {DEFAULT_PRESET}, the finding on fresh seeds)")
     rp.add_argument("--nproc", type=int, default=1, help="GPUs per training run, through torchrun (default: 1)")

@@ -18,17 +18,17 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, read_json, resolve_run
-from .config import TrainConfig
+from .config import TrainConfig, cache_dir
 from .experiments import DEFAULT_PRESET, Preset, Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
 from .trainer import train
-from .utils import is_integer, need, positive_int
+from .utils import atomic_write_text, is_integer, need, positive_int
 
 # %% auto #0
 __all__ = ['QUIET_KERNEL', 'CLEAR_NAMESPACE', 'GPU_PRESETS', 'SFT_REHEARSAL', 'REHEARSAL', 'project_root', 'run_papermill',
            'train_and_evaluate', 'run_notebooks', 'without_env', 'torchrun_command', 'preset_runs', 'RunsFailed',
            'check_finished', 'skip_after_failure', 'failure_line', 'run_experiment', 'job_env', 'run_in_order',
            'run_concurrently', 'slurm_parameters', 'job_minutes', 'submit_preset', 'rehearsal_run', 'rehearsal_runs',
-           'rehearse', 'check_gpus', 'reproduce', 'report']
+           'rehearse', 'estimates_file', 'kept_estimates', 'keep_estimate', 'check_gpus', 'reproduce', 'report']
 
 # %% ../nbs/09b_runner.ipynb #2cde7678
 QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]  # kernel arguments: no log lines from the kernel process
@@ -414,6 +414,27 @@ def rehearse(root: Path, runs_dir: Path, presets: tuple[str, ...] = GPU_PRESETS)
                               dict(run.eval, run_dir=str(run_dir)), cwd=root, echo=False)
     return runs
 
+# %% ../nbs/09b_runner.ipynb #5a1c7e21
+def estimates_file() -> Path:
+    "Where each preset's dry run keeps its estimated time on this machine: `plan_estimates.json` in the cache directory."
+    return cache_dir() / "plan_estimates.json"
+
+
+def kept_estimates() -> dict[str, dict]:
+    "Each preset's time as its last dry run here estimated it (`keep_estimate`): {preset: {seconds, nproc, peak_flops}}."
+    path = estimates_file()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def keep_estimate(preset: str, rows: list[dict], nproc: int) -> None:
+    "Keep the total time of `preset`'s plan (`plan_experiment`'s `rows`, `nproc` processes a run) for `reproduce --help`."
+    if not rows:  # fine-tuning alone: nothing planned
+        return
+    plan = {"seconds": sum(r["seconds"] for r in rows), "nproc": nproc, "peak_flops": rows[0]["peak_flops"]}
+    kept = kept_estimates() | {preset: plan}  # peak_flops: measured here, or a GPU's stated peak where none is here
+    estimates_file().parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(estimates_file(), json.dumps(kept, indent=1, sort_keys=True))
+
 # %% ../nbs/09b_runner.ipynb #ea6994d1
 def check_gpus(preset: Preset, jobs: int, nproc: int, present: int | None = None) -> None:
     "Refuse `jobs` runs of `nproc` GPUs each where fewer GPUs are present (`present`: torch's count), naming both."
@@ -429,15 +450,17 @@ def check_gpus(preset: Preset, jobs: int, nproc: int, present: int | None = None
 def reproduce(preset: str = DEFAULT_PRESET, root: Path | None = None, nproc: int = 1, dry_run: bool = False,
               log=print, jobs: int = 1, only: list[str] | None = None) -> list[Path]:
     """Train and evaluate every run of `preset` (skipping complete ones), `jobs` at a time, then run 12_report; return
-    the report's files. `dry_run`: log the plan of every run (`plan_experiment`) and return [] without training or
-    writing anything; `only`: just those runs, and no report (returns [])."""
+    the report's files. `dry_run`: log the plan of every run (`plan_experiment`), keep its time (`keep_estimate`)
+    and return [] without training or writing anything else; `only`: just those runs, and no report (returns [])."""
     p = get_preset(preset)
     positive_int("jobs", jobs, " (runs at once)")
     positive_int("nproc", nproc, " (GPUs per run)")
     check_gpus(p, jobs, nproc)
     root = Path(root or project_root())
     if dry_run:
-        log(plan_experiment_text(preset, plan_experiment(preset, root, nproc), nproc))
+        rows = plan_experiment(preset, root, nproc)
+        log(plan_experiment_text(preset, rows, nproc))
+        keep_estimate(preset, rows, nproc)
         return []
     if only:
         run_experiment(preset, root, nproc=nproc, only=only, log=log)
