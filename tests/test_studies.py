@@ -32,8 +32,16 @@ def test_reproduce_help_names_every_preset_and_study():
         assert f"\n  {name} " in res.stdout, name
 
 
+@pytest.fixture(scope="module")
+def scratch_cache(tmp_path_factory):
+    "A cache directory of the tests' own: a dry run keeps its measured peak and its estimate there, not in the user's."
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XSA_NB_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.mark.parametrize("name", list(STUDIES))
-def test_every_study_is_planned_by_a_dry_run(name, tmp_path):
+def test_every_study_is_planned_by_a_dry_run(name, tmp_path, scratch_cache):
     said = []
     assert reproduce(name, root=tmp_path, dry_run=True, log=said.append) == []
     assert f"{len(STUDIES[name].runs)} runs of preset {name}" in said[0], said[0][-400:]
