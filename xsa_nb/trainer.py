@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import tempfile
 import time
 import warnings
@@ -22,23 +23,25 @@ from tqdm.auto import tqdm
 
 from .checkpoint import (append_metrics, check_same_run, check_same_tokenizer, checkpoint_step, code_history,
                                config_hash, continue_checkpoint, fresh_run_dir, load_checkpoint, load_weights_from,
-                               loader_positions, lock_run_dir, provenance, read_json, read_metrics, restore_checkpoint,
-                               restore_position, save_checkpoint, truncate_metrics)
-from .config import AUTO, TrainConfig, build_model, resolve_settings, run_tokenizer, synchronize, validate
+                               loader_positions, lock_run_dir, provenance, read_json, read_metrics, recorded_shards,
+                               restore_checkpoint, restore_position, save_checkpoint, truncate_metrics)
+from .config import (AUTO, TrainConfig, build_model, resolve_device, resolve_settings, run_tokenizer, synchronize,
+                            validate)
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
 from .eval import model_bits_per_byte
 from .model import GPT
 from .muon import MuonAdamW, apply_schedule
-from .recipe import check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, shape_text
+from .recipe import (check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, run_shards,
+                           shape_text)
 from .tokenizer import Tokenizer, token_bytes, tokenizer_fingerprint
 from .utils import atomic_write_text, check_device, dist_info
 
 # %% auto #0
 __all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
-           'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position', 'start_tracking',
-           'metrics_recorder', 'hold_run_dir', 'prepare_data_once', 'save_run', 'optimizer_step', 'evaluate', 'train',
-           'keep_run', 'read_kept']
+           'cuda_allocator_settings', 'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position',
+           'start_tracking', 'metrics_recorder', 'hold_run_dir', 'prepare_data_once', 'training_shards', 'save_run',
+           'optimizer_step', 'evaluate', 'train', 'keep_run', 'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
@@ -83,14 +86,15 @@ def progress_line(step: int, steps: int, loss: float, tok_per_s: float, seconds:
             f"elapsed {clock(seconds)} | left {clock(eta)}")
 
 
-def split_loader(cfg: TrainConfig, split: str, tokenizer: Tokenizer, loaders: Callable | None = None):
+def split_loader(cfg: TrainConfig, split: str, tokenizer: Tokenizer, loaders: Callable | None = None,
+                 shards: list[str] | None = None):  # the training shards by name (default: all)
     "This rank's endless batches of `split`: packed rows of the text shards, or `loaders(split, rank, world_size)`."
     rank, _, world = dist_info()
     if loaders is not None:
         return loaders(split, rank, world)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
     return make_loader(tokenizer, cfg.device_batch_size, cfg.seq_len, data_dir, split, cfg.packing, rank, world,
-                       seed=cfg.seed, device=torch.device(cfg.device))
+                       seed=cfg.seed, device=torch.device(cfg.device), shards=shards)
 
 
 def process_group_arguments(device: torch.device) -> dict:
@@ -98,6 +102,12 @@ def process_group_arguments(device: torch.device) -> dict:
     if device.type == "cuda":  # bound: barrier, all-reduce and all_gather_object then use this rank's GPU, not cuda:0
         return dict(backend="nccl", device_id=device, timeout=timedelta(hours=6))
     return dict(backend="gloo", timeout=timedelta(hours=6))
+
+
+def cuda_allocator_settings(device: torch.device) -> None:
+    "nanochat's CUDA allocator setting, expandable segments, for a CUDA run whose user set none; before CUDA starts."
+    if device.type == "cuda" and not torch.cuda.is_initialized():  # read once, when CUDA starts: later it does nothing
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # less fragmentation (nanochat)
 
 
 def start_process_group(cfg: TrainConfig, world: int) -> None:
@@ -202,6 +212,12 @@ def prepare_data_once(cfg: TrainConfig, rank: int, world: int, log=print) -> Non
         dist.barrier()
 
 
+def training_shards(cfg: TrainConfig, tokens: int, tokenizer: Tokenizer, resuming: bool) -> list[str]:
+    "The training shards the run reads, fixed at its start: its checkpoint's list, its base run's, or `run_shards`."
+    source = cfg.run_dir if resuming else cfg.continue_from  # a continued run reads what its base run read
+    return recorded_shards(Path(source)) if source else run_shards(cfg, tokens, tokenizer)
+
+
 def save_run(run_dir: Path, rank: int, requested: TrainConfig, model: GPT, optimizer: MuonAdamW, loader,
              state: dict, meta: dict) -> None:
     "A checkpoint of `state` (every rank gathers its loader's position; rank 0 writes), config.json beside it."
@@ -233,6 +249,7 @@ def evaluate(model: GPT, fn: Callable, autocast) -> tuple[float, float]:
 def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable | None = None) -> dict:
     "Train (or resume) the run `cfg` describes into `cfg.run_dir`; return its summary (a plan when `dry_run`)."
     validate(cfg)
+    cuda_allocator_settings(resolve_device(cfg.device))  # before anything starts CUDA (the plan's matmul peak may)
     rank, _, world = dist_info()
     if cfg.dry_run:
         plan = run_plan(cfg, world)
@@ -258,6 +275,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         log(f"{run_dir} is complete (config hash {digest}); nothing to do")
         return read_json(run_dir / "summary.json")
     total_batch, accum = recipe["total_batch_size"], recipe["grad_accum_steps"]
+    shards = None if loaders else training_shards(cfg, recipe["tokens"], tokenizer, resuming)  # kept in the summary
     taken_over, steps, horizon = schedule_span(cfg, recipe)
     log(f"{run_dir}: {recipe['steps']:,} steps of {total_batch:,} tokens on {device} in {cfg.dtype} (config hash "
         f"{digest}), estimated {plan['estimated_seconds'] / 3600:.2f} h\n{shape_text(cfg.to_dict(), recipe)}\n"
@@ -265,7 +283,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
 
     model = build_model(cfg, tokenizer.vocab_size, device)
     optimizer = build_optimizer(cfg, model, dtype, recipe)
-    loader = split_loader(cfg, "train", tokenizer, loaders)
+    loader = split_loader(cfg, "train", tokenizer, loaders, shards)
     start, train_time, earlier = start_position(cfg, model, optimizer, loader, log)
     saved_step = start if resuming else None
     if rank == 0:
@@ -337,7 +355,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
     summary.update(steps=steps, tokens=steps * total_batch, train_time=train_time, settings=cfg.to_dict(), recipe=recipe,
                    config_hash=digest, tokenizer_fingerprint=meta["tokenizer_fingerprint"], commits=code["commits"],
                    provenance=made_by, params=model.num_params_by_group(), flops_per_token=recipe["flops_per_token"],
-                   matmul_flops=peak, device=str(device), world_size=world,
+                   matmul_flops=peak, device=str(device), world_size=world, training_shards=shards,
                    val_split_tokens=None if loaders else val_steps * recipe["tokens_per_pass"])  # its own split, or None
     if rank == 0:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
