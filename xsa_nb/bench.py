@@ -29,8 +29,8 @@ from .utils import atomic_write_text, cpu_info
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CPU_PRESET', 'NANOCHAT_D4', 'CPU_STUDY', 'D12_MUON_SHAPES', 'NANOCHAT_D4_TOK_S', 'machine_info',
-           'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes', 'Trainee',
-           'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
+           'bench_device', 'ceilings', 'Shape', 'bench_config', 'bench_model', 'activation_bytes', 'delta_bound_bytes',
+           'Trainee', 'make_trainee', 'train_step', 'time_variants', 'summarise', 'rate_against_ceiling', 'muon_timing',
            'format_or_dash', 'machine_text', 'results_markdown', 'delta_bounds', 'target_checks', 'targets_markdown',
            'write_results', 'run_bench', 'run_gpu_bench', 'profile_step']
 
@@ -44,6 +44,15 @@ def machine_info(device: torch.device | str = "cpu") -> dict:
     if device.type == "cuda":
         info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
     return info
+
+
+def bench_device(device: torch.device | str) -> tuple[torch.device, bool]:
+    "The device a GPU script runs on and whether it is CUDA; a CUDA device that is not there is refused by name."
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r}: no CUDA device is available (use device='cpu' to test the script)")
+    return device, cuda
 
 
 def ceilings(device: torch.device | str = "cpu", n: int | None = None, repeats: int = 5) -> dict[str, float]:
@@ -479,10 +488,7 @@ def run_gpu_bench(out_dir: Path | str | None = "docs/results", device: torch.dev
                   muon_batch: int | None = None, window_pattern: str = "SSSL", log=print) -> dict:
     "d12/d24 step time, tokens/s, MFU (bf16 ceiling), peak memory per variant; write gpu_bench.md/json to `out_dir`."
     start = time.perf_counter()
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r}: no CUDA device is available (use device='cpu' to test the script)")
+    device, cuda = bench_device(device)
     compile = cuda if compile is None else compile
     batches = batches or {12: 32, 24: 16}
     result = dict(title="GPU benchmark" if cuda else "GPU benchmark script, run on the CPU",

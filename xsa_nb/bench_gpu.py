@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from .bench import (Shape, Trainee, activation_bytes, bench_config, ceilings, format_or_dash, machine_info,
-                          machine_text, make_trainee, train_step, write_results)
+from .bench import (Shape, Trainee, activation_bytes, bench_config, bench_device, ceilings, format_or_dash,
+                          machine_info, machine_text, make_trainee, train_step, write_results)
 from .config import build_model, synchronize
 from .recipe import STATED_PEAK_FLOPS, STUDY_SHAPES
 from .utils import paired_ms
@@ -94,10 +94,7 @@ def run_d24_probe(out_dir: Path | str | None = "docs/results", device: torch.dev
                   memory_bytes: int | None = None, log=print) -> dict:
     "Each shape's step at its rows (halved after out of memory), then at the rows that should fit: `d24_probe.md`/`.json`."
     start = time.perf_counter()
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r}: no CUDA device is available (use device='cpu' to test the script)")
+    device, cuda = bench_device(device)
     memory_bytes = memory_bytes or (torch.cuda.get_device_properties(device).total_memory if cuda else None)
     result = dict(title="d24 on one device" if cuda else "d24 on one device: the script, run on the CPU",
                   machine=machine_info(device), memory_bytes=memory_bytes, mfu_ceiling="bf16" if cuda else "fp32",

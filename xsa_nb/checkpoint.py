@@ -335,7 +335,7 @@ def provenance(device: torch.device, dtype: torch.dtype, world_size: int = 1) ->
 
 
 UNHASHED_KEYS = ("run_dir", "dry_run", "max_cpu_hours", "wandb_project", "nan_at_step")  # where, and what trains nothing
-ADDED_OPTIONS = ("smear_lr", "backout_lr")
+ADDED_OPTIONS = ("smear_lr", "backout_lr", "optimizer", "adamw_matrix_lr")
 """Options added after runs were recorded, each defaulting to what the code did before it: a stored configuration
 without one had its default, and at its default one stays out of the hash, so older run directories still match."""
 

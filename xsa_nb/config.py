@@ -23,13 +23,15 @@ from .tokenizer import Tokenizer
 from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, positive_int, positive_number
 
 # %% auto #0
-__all__ = ['AUTO', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig', 'check_dtype',
-           'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
-           'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec', 'model_config',
-           'is_cache_path', 'validate', 'meta_model', 'run_tokenizer_path', 'run_tokenizer', 'build_model']
+__all__ = ['AUTO', 'OPTIMIZERS', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig',
+           'check_dtype', 'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype',
+           'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec',
+           'model_config', 'is_cache_path', 'validate', 'meta_model', 'run_tokenizer_path', 'run_tokenizer',
+           'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
+OPTIMIZERS = ("muon", "adamw")  # the matrices' optimizer (`build_optimizer`, 08c)
 
 
 def option(default, help: str):
@@ -74,6 +76,10 @@ class TrainConfig:
     backout_lr: float = option(0.0, "AdamW rate of the backout scalar alone, or 0 to keep it in the smear group at "
                                     "smear_lr (nanochat)")
     weight_decay: float = option(0.28, "Muon weight decay at the d12 reference, scaled by batch and horizon")
+    optimizer: str = option("muon", "the matrices' optimizer: muon (nanochat: Muon for matrices, AdamW for the rest) "
+                                    "or adamw (AdamW for every parameter)")
+    adamw_matrix_lr: float = option(0.004, "AdamW rate of the matrices when optimizer is adamw, at the reference batch "
+                                           "(scaled by batch as matrix_lr is; weight decay as Muon's)")
     lr_scale: float = option(1.0, "multiplies every learning rate (learning-rate sweeps)")
     warmup_steps: int = option(40, "linear LR warm-up")
     warmdown_ratio: float = option(0.65, "fraction of the run in the final linear warm-down")
@@ -308,10 +314,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     need(isinstance(s.compile, bool), f"compile must be true, false or auto, got {s.compile!r}")
     need(0.0 <= float(s.xsa_alpha) <= 1.0, f"xsa_alpha must lie in [0, 1], got {s.xsa_alpha!r}")
     need(s.residual in RESIDUAL_PRESETS, f"residual must be one of {RESIDUAL_PRESETS}, got {s.residual!r}")
+    need(s.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}, got {s.optimizer!r}")
     need(s.attention in ATTENTION_BACKENDS, f"attention must be one of {ATTENTION_BACKENDS}, got {s.attention!r}")
     need(not (s.attention == "flex" and s.device == "cpu"),
          "attention='flex' on the CPU: torch has no FlexAttention backward there, so it cannot train; use sdpa")
-    for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "smear_lr", "lr_scale"):
+    for name in ("target_param_data_ratio", "matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "smear_lr", "lr_scale",
+                 "adamw_matrix_lr"):
         positive_number(name, getattr(s, name))
     positive_number("grad_clip", s.grad_clip, zero="off")
     positive_number("backout_lr", s.backout_lr, zero="the smear group's rate")

@@ -18,9 +18,10 @@ from .utils import need
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
            'SCALED_SMEAR_LR', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS', 'FINDING_PREDICTION',
-           'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS', 'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET',
-           'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset',
-           'carried_smear_lr', 'study_preset', 'run_status', 'train_params', 'plan_experiment', 'plan_experiment_text']
+           'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SINK_PREDICTION', 'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS',
+           'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name',
+           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'carried_smear_lr', 'study_preset', 'run_status',
+           'train_params', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -284,6 +285,9 @@ QUESTIONS = {
     "smear_rate": "What does the smear group's learning rate, carried to the batch, change?",
     "xsa_size": "Does XSA's gain grow with model size?",
     "gpu": "On a GPU, in nanochat's regime, does XSA lower bpb against the baseline over paired seeds?",
+    "xsa_seq_len": "Does XSA's gain grow with sequence length?",
+    "xsa_lr": "Does XSA's gain hold across learning rates?",
+    "xsa_with_sink": "Does XSA add to a learned attention sink?",
 }
 "The research questions, by the folder under docs/results/ that holds their studies."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
@@ -301,6 +305,28 @@ FINDING_PREDICTION = (
     "SDs (0.0032, 0.0017, 0.0019 bpb), eight seeds resolve about 0.0046, 0.0024 and 0.0028 at the family's strictest "
     "level — a third of each effect seen there (−0.0129, −0.0068, −0.0080).")
 "The default preset's pre-registered prediction and test, committed before any of its runs."
+CLAIM_SEEDS = tuple(range(40, 48))
+"""Eight seeds no d2 study trained on, for the papers' claims tested at d2 (sequence length, learning rate, sink): eight
+resolve half the finding's XSA effect (0.0062 of −0.0124 bpb, paired SD 0.0039 over seeds 0–15) at α = 0.05/3 with
+80 % power (`seeds_for_effect`, 12a_stats)."""
+SEQ_LEN_PREDICTION = (
+    "Prediction (the XSA paper's, committed before any of its runs): XSA − baseline (validation bpb, paired by seed) is "
+    "below zero at T = 256, 512 and 1024 tokens a row (the same 4,096 tokens a step and 1 M tokens), and more so at "
+    "1024 than at 256. Test, one family of three under Holm at α = 0.05 over seeds 40–47: the effect at T = 512, the "
+    "effect at T = 1024 (each replicates below zero, contradicts above, else not resolved), and the effect at 1024 less "
+    "the effect at 256, paired by seed (grows below zero, shrinks above, else not resolved with its mde). T = 256 is "
+    "the xsa-fresh study's runs (the finding's recipe on seeds 40–47).")
+LR_PREDICTION = (
+    "Prediction (the XSA paper's: its gain holds across learning rates, committed before any of its runs): XSA − "
+    "baseline (validation bpb, paired by seed) below zero at lr_scale 2, 4 (the headline's) and 8, each rate of the "
+    "recipe multiplied. Test, one family of three under Holm at α = 0.05 over seeds 40–47 (lr_scale 4 is xsa-fresh's "
+    "runs): each replicates below zero, contradicts above, else not resolved with its mde. Described, not tested: the "
+    "effect's trend over the rate, runs that jump or diverge.")
+SINK_PREDICTION = (
+    "Prediction (the XSA paper's: XSA complements a learned sink, committed before any of its runs): XSA + sink − sink "
+    "(validation bpb, paired by seed) below zero at the finding's recipe. Test: paired over seeds 40–47, a family of "
+    "one at α = 0.05; replicates below zero, contradicts above, else not resolved with its mde. Described beside it: "
+    "XSA − baseline on the same seeds (xsa-fresh).")
 GPU_PAIRS_ROWS, GPU_PAIRS_STEPS = 16, 60  # 16 × 2048 tokens a step, 60 steps: within one pass of the embedded corpus
 GPU_PAIRS_BASE = HEADLINE | dict(  # the headline's recipe (its lr_scale 4) in nanochat's GPU regime
     depth=6, device="cuda", seq_len=2048, window_pattern="SSSL", compile=True,  # bf16 and FlexAttention: auto on a GPU
@@ -362,6 +388,19 @@ STUDIES = {s.name: s for s in [
                  hardware="one GPU (H100 or H200), bf16, compiled, one process (13d_gpu_pairs: run_gpu_pairs)"),
     study_preset("slow-backout", "Is it the backout scalar's rate that XSA's gain follows?", "smear_rate/slow_backout",
                  ("base", "xsa"), range(16), dict(backout_lr=SCALED_SMEAR_LR), records=("smear_rate/slow_backout/runs",)),
+    study_preset("xsa-fresh", "At the finding's recipe on seeds 40–47, does XSA lower bpb (T = 256, lr_scale 4)?",
+                 "xsa_seq_len/t256", ("base", "xsa"), CLAIM_SEEDS, SCALED, prediction=SEQ_LEN_PREDICTION),
+    study_preset("xsa-t512", "With 512 tokens a row (the same tokens a step), does XSA lower bpb?", "xsa_seq_len/t512",
+                 ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(seq_len=512), prediction=SEQ_LEN_PREDICTION),
+    study_preset("xsa-t1024", "With 1024 tokens a row (the same tokens a step), does XSA lower bpb?", "xsa_seq_len/t1024",
+                 ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(seq_len=1024, device_batch_size=4),
+                 prediction=SEQ_LEN_PREDICTION),
+    study_preset("xsa-lr2", "At half the headline's learning rates (lr_scale 2), does XSA lower bpb?", "xsa_lr/lr2",
+                 ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(lr_scale=2.0), prediction=LR_PREDICTION),
+    study_preset("xsa-lr8", "At twice the headline's learning rates (lr_scale 8), does XSA lower bpb?", "xsa_lr/lr8",
+                 ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(lr_scale=8.0), prediction=LR_PREDICTION),
+    study_preset("sink-scaled", "With a learned sink, does XSA still lower bpb at the finding's recipe?",
+                 "xsa_with_sink/sink_scaled", ("sink", "xsa_sink"), CLAIM_SEEDS, SCALED, prediction=SINK_PREDICTION),
 ]}
 "Every study, by name: `xsa_nb studies` lists them, `xsa_nb reproduce --preset NAME` runs one."
 DEFAULT_PRESET = "finding"

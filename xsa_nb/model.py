@@ -479,9 +479,11 @@ class GPT(nn.Module):
 
     def setup_optimizer(self, unembedding_lr: float = 0.004, embedding_lr: float = 0.2, matrix_lr: float = 0.02,
                         weight_decay: float = 0.0, scalar_lr: float = 0.5, smear_lr: float = 0.2,
-                        backout_lr: float = 0.0, ns_dtype: torch.dtype | None = None) -> MuonAdamW:
+                        backout_lr: float = 0.0, ns_dtype: torch.dtype | None = None,
+                        matrix_adamw_lr: float | None = None) -> MuonAdamW:
         """nanochat's hybrid MuonAdamW groups and learning rates (AdamW rates scaled by 1/sqrt(n_embd/768)); a
-        `backout_lr` > 0 gives the backout scalar a group of its own at that rate (0: in the smear group, nanochat's)."""
+        `backout_lr` > 0 gives the backout scalar a group of its own at that rate (0: in the smear group, nanochat's);
+        a `matrix_adamw_lr` trains the matrices with AdamW at that rate (betas 0.9, 0.95) instead of Muon."""
         d = self.config.n_embd
         scale = (d / 768) ** -0.5
         adamw = lambda params, lr, betas, wd: dict(kind="adamw", params=list(params), lr=lr, betas=betas, eps=1e-10,
@@ -503,7 +505,9 @@ class GPT(nn.Module):
             groups.append(adamw(gates, 0.4 * scalar_lr, (0.8, 0.95), 0.0))
         if any(True for _ in self.router.parameters()):
             groups.append(adamw(self.router.parameters(), scalar_lr / d, (0.8, 0.95), 0.0))
-        for shape in sorted({p.shape for p in matrices}):
+        if matrix_adamw_lr is not None:
+            groups.append(adamw(matrices, matrix_adamw_lr, (0.9, 0.95), weight_decay))
+        for shape in sorted({p.shape for p in matrices}) if matrix_adamw_lr is None else ():
             groups.append(dict(kind="muon", params=[p for p in matrices if p.shape == shape], lr=matrix_lr,
                                momentum=0.95, ns_steps=5, beta2=0.9, weight_decay=weight_decay, ns_dtype=ns_dtype))
         check_param_groups(self, groups)

@@ -45,13 +45,16 @@ __all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_lin
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
-    "nanochat's `MuonAdamW` with the recipe's rates and weight decay, `lr_scale` on every rate, Newton–Schulz in `muon_dtype`."
+    """nanochat's `MuonAdamW` with the recipe's rates and weight decay, `lr_scale` on every rate, Newton–Schulz in
+    `muon_dtype`; with `optimizer='adamw'` the matrices take AdamW at `adamw_matrix_lr`, scaled by batch as Muon's rate."""
     recipe = recipe or resolve_recipe(cfg, model.config.vocab_size, device=model.get_device())
     ns_dtype = dtype if cfg.muon_dtype == AUTO else getattr(torch, cfg.muon_dtype)
     optimizer = model.setup_optimizer(unembedding_lr=recipe["unembedding_lr"], embedding_lr=recipe["embedding_lr"],
                                       matrix_lr=recipe["matrix_lr"], scalar_lr=recipe["scalar_lr"], smear_lr=cfg.smear_lr,
                                       backout_lr=cfg.backout_lr,
-                                      weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype)
+                                      weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype,
+                                      matrix_adamw_lr=recipe["matrix_lr"] * cfg.adamw_matrix_lr / cfg.matrix_lr
+                                      if cfg.optimizer == "adamw" else None)
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
     return optimizer
