@@ -10,19 +10,22 @@ import math
 import statistics
 from pathlib import Path
 
+from .config import TrainConfig
+from .experiments import get_preset
 from .published import PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_XSA_MUON_OVERHEAD_PCT
 from .records import (DELTA_SCALED_16, EARLY_STEPS, FRESH_SEEDS, JUMP_NATS, MANY_SEEDS, REPLICATION_WORDS,
                             SEED_STUDY_DIRS, SEED_STUDY_SMEAR_LR, XSA_SINK, Study, by_seed, jumps_early, kept_study,
-                            layer_mean, own_family, rate_text, seed_study)
+                            layer_mean, own_family, rate_text, runs_folder, seed_study)
+from .stats import paired_difference
 
 # %% auto #0
 __all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL', 'BENCH',
-           'DELTA_VS_BLOCK', 'XSA_JUMPS', 'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN',
-           'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'NOT_BOS', 'ours_only', 'paired', 'described',
-           'is_number', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row', 'diagnostic',
-           'study_levels', 'self_alignment', 'self_weight', 'routed', 'routing_vs_standard', 'attnres_vs_plain',
-           'routing_order', 'concentration', 'adjacent_cos', 'conversion', 'self_alignment_change', 'xsa_stable',
-           'delta_memory', 'xsa_overhead', 'study_comparison', 'seed_comparison']
+           'DELTA_VS_BLOCK', 'XSA_JUMPS', 'LR_PILOT', 'LR_STUDIES', 'LR_PILOT_ROW', 'ADJACENT_ORDER', 'CONCENTRATION',
+           'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'NOT_BOS', 'ours_only', 'paired',
+           'described', 'is_number', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend', 'sink_row',
+           'diagnostic', 'lr_pilot_rows', 'study_levels', 'lr_pilot', 'self_alignment', 'self_weight', 'routed',
+           'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos', 'conversion',
+           'self_alignment_change', 'xsa_stable', 'delta_memory', 'xsa_overhead', 'study_comparison', 'seed_comparison']
 
 # %% ../nbs/12g_claim_sources.ipynb #c1a1a006
 NOT_MEASURED = "not measured at this scale"
@@ -162,11 +165,40 @@ def _xsa_runs(results: Path) -> list[dict]:
             for name, r in kept_study(Path(results) / d).items() if name.split("_")[1] == "xsa"]
 
 
+LR_PILOT, LR_STUDIES = "cpu_preset/xsa_pilot", ("xsa-lr2", "xsa-fresh", "xsa-lr8")
+"""The variance pilot that sized the `cpu` preset (`09_experiments`: XSA and the baseline at lr_scale 1, 2 and 4, in a
+regime of its own, at nanochat's smear rate; no prediction written before it), and the pre-registered learning-rate
+study (`27_xsa_lr`: lr_scale 2, 4 and 8 at the finding's recipe)."""
+LR_PILOT_ROW = "XSA − baseline, variance pilot, per learning-rate scale"
+"The label of the pilot's rows (`study_levels`), one per lr_scale."
+
+
+def lr_pilot_rows(results: Path) -> list[dict]:
+    """XSA − baseline at each lr_scale of the variance pilot kept under `results` (docs/results/), paired over its seeds
+    (each rate its own 95 % interval, no family), with the regime its runs share and how many runs of the
+    pre-registered study (LR_STUDIES) are kept."""
+    kept = [json.loads(p.read_text()) for p in sorted((Path(results) / LR_PILOT).glob("*/summary.json"))]
+    if not kept:
+        return []
+    arms: dict[float, dict[str, dict[int, float]]] = {}
+    for s in kept:
+        c = s["settings"]
+        arms.setdefault(c["lr_scale"], {}).setdefault("xsa" if c["xsa_alpha"] else "base", {})[c["seed"]] = s["val_bpb"]
+    (regime,) = {(c["n_head"], c["n_embd"] // c["n_head"], c["seq_len"], c["grad_clip"],
+                  c.get("smear_lr", TrainConfig().smear_lr)) for c in (s["settings"] for s in kept)}  # it predates smear_lr
+    said = "{} heads of {}, T = {}, gradient clip {:g}, smear_lr {}".format(*regime[:4], rate_text(regime[4]))
+    planned = [Path(results) / runs_folder(s) / r.name / "summary.json" for s in LR_STUDIES for r in get_preset(s).runs]
+    return [{"study": "xsa_pilot", "comparison": LR_PILOT_ROW, "setting": f"lr_scale {lr:g}", "regime": said,
+             "planned": len(planned), "planned_kept": sum(p.is_file() for p in planned)}
+            | paired_difference(arms[lr]["base"], arms[lr]["xsa"]) for lr in sorted(arms)]
+
+
 def study_levels(results: Path, preset: str) -> list[dict]:
     """What the ledger reads straight from the records and the benchmark kept under `results` (docs/results/): the
     benchmark's rows (any preset); beside the `cpu` preset, the baseline's pre-projection cos(y, v) untrained and
     trained (`xsa_sink`), Delta AttnRes − Delta Block per read (`DELTA_VS_BLOCK`, each a family of its own) and how
-    many XSA runs of the seed studies jumped early. Each row names its `study` and `comparison`."""
+    many XSA runs of the seed studies jumped early, and the learning-rate pilot's rows (`lr_pilot_rows`). Each row
+    names its `study` and `comparison`."""
     results = Path(results)
     bench = results / "bench.json"
     rows = [{"study": BENCH, "comparison": BENCH} | r for r in json.loads(bench.read_text())["rows"]] if bench.is_file() else []
@@ -188,7 +220,24 @@ def study_levels(results: Path, preset: str) -> list[dict]:
         rows.append({"study": " + ".join(SEED_STUDY_DIRS), "comparison": XSA_JUMPS, "runs": len(xsa),
                      "jumped": sum(jumps_early(r["train"]) for r in xsa),
                      "not_finite": sum(not math.isfinite(r["summary"]["val_bpb"]) for r in xsa)})
-    return rows
+    return rows + lr_pilot_rows(results)
+
+
+def lr_pilot(t: dict) -> dict | None:
+    """XSA − baseline across the variance pilot's learning rates (`lr_pilot_rows`), each with its own interval: an
+    exploratory description (no prediction, no family), with the state of the pre-registered study that tests it."""
+    rows = [r for r in t["studies"] if r["comparison"] == LR_PILOT_ROW]
+    if not rows:
+        return None
+    seeds, ahead = min(r["seeds"] for r in rows), sum(r["diff"] < 0 for r in rows)
+    excluding = sum(not r["ci_low"] < 0 < r["ci_high"] for r in rows)
+    kept, planned = rows[0]["planned_kept"], rows[0]["planned"]
+    test = f"{', '.join(LR_STUDIES)} (27_xsa_lr): " + ("not run yet" if kept == 0 else f"{kept} of {planned} runs kept")
+    return described(f"variance pilot ({LR_PILOT}: {rows[0]['regime']}), {seeds} paired seeds per rate: "
+                     + "; ".join(f"{r['setting']}: {r['diff']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]" for r in rows)
+                     + f" bpb (each its own 95 % interval); the pre-registered test, {test}",
+                     f"exploratory ({seeds} seeds per rate, not pre-registered): XSA lower at {ahead} of {len(rows)} "
+                     f"learning rates; {excluding} of {len(rows)} intervals exclude 0", seeds=seeds)
 
 
 def self_alignment(t: dict) -> dict | None:
@@ -397,8 +446,8 @@ def study_comparison(t: dict, study: Study, label: str, caveat: str = "") -> dic
 
 def seed_comparison(t: dict, label: str) -> dict | None:
     """One val-bpb comparison of the seed studies kept beside the preset (`seed_study_rows`, `12e_records`): the two
-    arms paired over sixteen seeds, at the Holm level of its family, which the verdict names; a pre-registered study's
-    verdict in its pre-registered words (`REPLICATION_WORDS`)."""
+    arms paired over its seeds (sixteen, or the finding's eight), at the Holm level of its family, which the verdict
+    names; a pre-registered study's verdict in its pre-registered words (`REPLICATION_WORDS`)."""
     row = next((r for r in t["studies"] if r["comparison"] == label), None)
     if not row:
         return None

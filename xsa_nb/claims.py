@@ -15,15 +15,15 @@ from pathlib import Path
 
 from .claim_sources import (DELTA_VS_BLOCK, JUMP, NOT_BOS, NOT_MEASURED, PAIRED, VS_CONTROL, adjacent_cos,
                                   attnres_vs_plain, chatcore, concentration, conversion, delta_memory,
-                                  is_number, routing_order, routing_vs_standard, seed_comparison,
+                                  is_number, lr_pilot, routing_order, routing_vs_standard, seed_comparison,
                                   self_alignment, self_alignment_change, self_weight, sink_row, study_comparison,
                                   sweep_trend, xsa_bpb, xsa_core, xsa_overhead, xsa_stable)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
-from .records import (BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP, DELTA_FRESH_16,
-                            DELTA_SCALED_16, EARLY_STEPS, FRESH_TEXT, JUMP_NATS, ROUTING_D4, SEED_STUDY_SMEAR_LR,
-                            SINK_USE, XSA_FIRST, XSA_FRESH_16, XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK,
-                            headline_config, rate_text)
+from .records import (BLOCK_FINDING, BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP,
+                            DELTA_FINDING, DELTA_FRESH_16, DELTA_SCALED_16, EARLY_STEPS, FINDING_TEXT, FRESH_TEXT,
+                            JUMP_NATS, ROUTING_D4, SEED_STUDY_SMEAR_LR, SINK_USE, XSA_FINDING, XSA_FIRST, XSA_FRESH_16,
+                            XSA_HEAD_16, XSA_MID_16, XSA_SCALED_16, XSA_SINK, headline_config, rate_text)
 from .utils import atomic_write_text, markdown_table, sphinx_anchor
 
 # %% auto #0
@@ -70,6 +70,7 @@ _REPORT = "12_report"
 _MECHANISMS, _ROUTING, _SMEAR, _FRESH = "20_mechanisms", "21_delta_routing", "22_xsa_smear_rate", "23_replications"
 "The study notebooks whose sections test a claim."
 _REPLICATION = (_FRESH, "A replication on fresh seeds")
+_FINDING = (_FRESH, "The default preset: a third read on seeds 32–39")
 _gains = PUBLISHED_XSA_PAPER["downstream_gain"]
 _cos = PUBLISHED_XSA_PAPER["self_cos"]
 _dw, _d76, _mem = PUBLISHED_DELTA["max_weight"], PUBLISHED_DELTA["ppl_7.6B"], PUBLISHED_DELTA["memory_1044M"]
@@ -87,6 +88,9 @@ CLAIMS = (
     _seed_claim("xsa_loss_seeds_fresh", _XSA, "XSA lowers validation loss (replication, pre-registered)",
                 f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", XSA_FRESH_16, _REPLICATION, _DIRECTION,
                 f"sixteen fresh {FRESH_TEXT}"),
+    _seed_claim("xsa_loss_finding", _XSA, "XSA lowers validation loss (the finding, pre-registered)",
+                f"lower train and val loss, {PUBLISHED_XSA_PAPER['models']}", XSA_FINDING, _FINDING, _DIRECTION,
+                f"eight fresh {FINDING_TEXT}"),
     Claim("xsa_downstream", _XSA, "XSA raises downstream accuracy",
           " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items())
           + f" mean accuracy points over {PUBLISHED_XSA_PAPER['downstream_tasks']} tasks",
@@ -95,7 +99,8 @@ CLAIMS = (
           "the gain grows from T={} to T={}".format(*PUBLISHED_XSA_PAPER["seq_lens"]),
           lambda t: sweep_trend(t, "sequence length"), (_REPORT, "Study 2: the XSA paper's sweeps"), _DIRECTION),
     Claim("xsa_lr", _XSA, "XSA's gain holds across learning rates", "XSA ahead at every learning rate tried",
-          lambda t: sweep_trend(t, "learning-rate scale"), (_REPORT, "Study 2: the XSA paper's sweeps"), _DIRECTION),
+          lambda t: sweep_trend(t, "learning-rate scale") or lr_pilot(t),  # the preset's own sweep, else the pilot
+          ("09_experiments", "Where the XSA question can be answered: a variance pilot"), _DIRECTION),
     Claim("xsa_sink", _XSA, "XSA beats a baseline with learned attention sinks", "XSA ahead of the learned-sink baseline",
           sink_row, (_REPORT, "Study 2: the XSA paper's sweeps"), _DIRECTION),
     Claim("xsa_similarity_bias", _XSA, "standard attention's output aligns with the token's own value",
@@ -166,6 +171,8 @@ CLAIMS = (
     _seed_claim("delta_block_ppl_seeds_fresh", _DELTA, "Delta Block lowers perplexity (replication, pre-registered)",
                 f"{_ppl('delta_block')} perplexity", BLOCK_FRESH_16, _REPLICATION, _PPL,
                 f"sixteen fresh {FRESH_TEXT}"),
+    _seed_claim("delta_block_ppl_finding", _DELTA, "Delta Block lowers perplexity (the finding, pre-registered)",
+                f"{_ppl('delta_block')} perplexity", BLOCK_FINDING, _FINDING, _PPL, f"eight fresh {FINDING_TEXT}"),
     Claim("delta_ppl", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity most", f"{_ppl('delta')} perplexity",
           lambda t: routing_vs_standard(t, "delta"), (_REPORT, "Study 3: delta routing"), _PPL),
     _seed_claim("delta_ppl_seeds_scaled", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity",
@@ -173,6 +180,8 @@ CLAIMS = (
     _seed_claim("delta_ppl_seeds_fresh", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity (replication, "
                 "pre-registered)", f"{_ppl('delta')} perplexity", DELTA_FRESH_16, (_FRESH, "Delta AttnRes on the fresh seeds"), _PPL,
                 f"sixteen fresh {FRESH_TEXT}"),
+    _seed_claim("delta_ppl_finding", _DELTA, "Delta AttnRes (per sublayer) lowers perplexity (the finding, pre-registered)",
+                f"{_ppl('delta')} perplexity", DELTA_FINDING, _FINDING, _PPL, f"eight fresh {FINDING_TEXT}"),
     *(Claim(key, _DELTA, f"Delta AttnRes best, Delta Block close: {seeds} at smear_lr "
             f"{rate_text(SEED_STUDY_SMEAR_LR[DELTA_SCALED_16])} (not the preset's recipe)",
             "; ".join(f"{size}: Delta Block {ppl['delta_block']:.2f}, Delta AttnRes {ppl['delta']:.2f}"
@@ -262,10 +271,10 @@ CLAIMS_NOTES = (
     "higher / lower only when the paired interval of the change training made (trained − the same model untrained), "
     "at the level Holm's correction gives it in that study's family, excludes 0; or the report's attention "
     "diagnostics (xsa_diagnostics), a family of their own, XSA − baseline of the trained models (untrained, one model); "
-    "or a seed study's (sixteen seeds, the rows that say so): better / worse in val bpb, the two arms paired over the "
-    "seeds, at the level Holm's correction gives it in the family named; a pre-registered "
-    "replication's row (fresh seeds 16–31) says replicates / contradicts in place of better / worse; a routing "
-    "preset's verdict against the standard residual says in how many of its seeds the training loss jumped early "
+    "or a seed study's (sixteen seeds, or the finding's eight, the rows that say so): better / worse in val bpb, the two "
+    "arms paired over the seeds, at the level Holm's correction gives it in the family named; a pre-registered "
+    "replication's row (fresh seeds 16–31) and the finding's (seeds 32–39) say replicates / contradicts in place of "
+    "better / worse; a routing preset's verdict against the standard residual says in how many of its seeds the training loss jumped early "
     f"(rose more than {JUMP_NATS:g} nat above its lowest so far in the first {EARLY_STEPS} steps; the routing table's "
     "jumped): at three seeds such a verdict can follow how many jumped",
     "units: ours are validation bits per byte (bpb) of our models on our corpus and tokenizer, or the diagnostic "

@@ -17,7 +17,7 @@ from scipy.stats import binomtest
 from .checkpoint import copy_records, read_json, read_metrics
 from .config import TrainConfig
 from .core_eval import CORE_TASKS
-from .experiments import MID_SMEAR_LR, SCALED_SMEAR_LR, Preset, get_preset, run_name, run_status
+from .experiments import FINDING_SEEDS, MID_SMEAR_LR, SCALED_SMEAR_LR, Preset, get_preset, run_name, run_status
 from .stats import family_verdicts, paired_difference
 from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
@@ -25,14 +25,15 @@ from .utils import atomic_write_text, markdown_table, need
 # %% auto #0
 __all__ = ['EARLY_STEPS', 'CSV_ONLY', 'BPB_UNITS', 'STUDY_SEEDS', 'DEEP_LAYERS', 'Comparison', 'DELTA_BLOCK_DEEP', 'DELTA_DEEP',
            'XSA_FIRST', 'SINK_USE', 'ROUTING_D4', 'XSA_SINK', 'STUDIES', 'JUMP_NATS', 'MANY_SEEDS', 'FRESH_SEEDS',
-           'FRESH_TEXT', 'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'PREREGISTERED', 'SEED_STUDY_SMEAR_LR',
-           'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16', 'XSA_MID_16',
-           'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_CHANGE_16', 'read_run', 'read_runs',
-           'early_loss_rise', 'write_table', 'seed_runs', 'val_bpb_by_seed', 'core_result', 'offline_core_tasks',
-           'tokens_seen', 'run_commits', 'context_notes', 'per_run_rows', 'keep_records', 'check_one_commit',
-           'kept_study', 'layer_mean', 'deep_concentration', 'by_seed', 'study_rows', 'Study', 'runs_folder',
-           'study_table', 'jumps_early', 'jump_row', 'seed_study', 'recipe_family', 'effect_family', 'holm_family',
-           'own_family', 'loss_climb', 'headline_config', 'rate_text', 'seed_study_rows']
+           'FRESH_TEXT', 'FINDING_TEXT', 'REPLICATION_WORDS', 'SEED_STUDY_DIRS', 'FINDING_DIR', 'PREREGISTERED',
+           'SEED_STUDY_SMEAR_LR', 'BLOCK_HEAD_16', 'BLOCK_SCALED_16', 'DELTA_SCALED_16', 'XSA_HEAD_16', 'XSA_SCALED_16',
+           'XSA_MID_16', 'XSA_FRESH_16', 'BLOCK_FRESH_16', 'DELTA_FRESH_16', 'XSA_FINDING', 'BLOCK_FINDING',
+           'DELTA_FINDING', 'XSA_CHANGE_16', 'read_run', 'read_runs', 'early_loss_rise', 'write_table', 'seed_runs',
+           'val_bpb_by_seed', 'core_result', 'offline_core_tasks', 'tokens_seen', 'run_commits', 'context_notes',
+           'per_run_rows', 'keep_records', 'check_one_commit', 'kept_study', 'layer_mean', 'deep_concentration',
+           'by_seed', 'study_rows', 'Study', 'runs_folder', 'study_table', 'jumps_early', 'jump_row', 'seed_study',
+           'recipe_family', 'effect_family', 'holm_family', 'own_family', 'loss_climb', 'headline_config', 'rate_text',
+           'baseline_family', 'seed_study_rows']
 
 # %% ../nbs/12e_records.ipynb #b1ee11d8
 def read_run(run_dir: Path) -> dict | None:
@@ -367,6 +368,8 @@ FRESH_SEEDS = tuple(range(16, 32))
 "Sixteen seeds that no other seed study trained on: the pre-registered replications' (`23_replications`)."
 FRESH_TEXT = f"seeds {FRESH_SEEDS[0]}–{FRESH_SEEDS[-1]}"
 "FRESH_SEEDS as the claims and notebooks say them."
+FINDING_TEXT = f"seeds {FINDING_SEEDS[0]}–{FINDING_SEEDS[-1]}"
+"The default preset's seeds (`finding`, FINDING_SEEDS) as the claims say them."
 REPLICATION_WORDS = {"better": "replicates", "worse": "contradicts", "not resolved": "not resolved"}
 "The replications' pre-registered words for a corrected interval below zero, above it, or neither (`23_replications`)."
 SEED_STUDY_DIRS = {family: runs_folder(study) for family, study in (
@@ -376,7 +379,10 @@ SEED_STUDY_DIRS = {family: runs_folder(study) for family, study in (
 """Each seed study's runs by the name the ledger gives it (the folder it was first kept in), with the folder under
 docs/results/ keeping them: the baselines and Delta Block at two smear rates, then Delta AttnRes, then XSA, then the
 replications on FRESH_SEEDS (the three at the scaled rate share scaled-smear's folder)."""
-PREREGISTERED = ("smear_replication", "delta_smear_replication")
+FINDING_DIR = runs_folder("finding")
+"""The default preset's runs (`finding`, on FINDING_SEEDS): papermill's records, read as they are (no attention
+measurements), and kept apart from SEED_STUDY_DIRS, whose XSA runs the stability claim counts."""
+PREREGISTERED = ("smear_replication", "delta_smear_replication", "finding")
 "The seed studies whose prediction and test were committed before any of their runs was made (`23_replications`)."
 
 
@@ -395,13 +401,20 @@ SEED_STUDY_SMEAR_LR = {f"{arms}, smear_lr {rate_text(lr)}{seeds}": lr for arms, 
     ("Delta AttnRes − standard", SCALED_SMEAR_LR, ""), ("XSA − baseline", TrainConfig().smear_lr, ""),
     ("XSA − baseline", SCALED_SMEAR_LR, ""), ("XSA − baseline", MID_SMEAR_LR, ""),
     ("XSA − baseline", SCALED_SMEAR_LR, " (replication)"), ("Delta Block − standard", SCALED_SMEAR_LR, " (replication)"),
-    ("Delta AttnRes − standard", SCALED_SMEAR_LR, " (replication)"))}
+    ("Delta AttnRes − standard", SCALED_SMEAR_LR, " (replication)"), ("XSA − baseline", SCALED_SMEAR_LR, " (finding)"),
+    ("Delta Block − standard", SCALED_SMEAR_LR, " (finding)"), ("Delta AttnRes − standard", SCALED_SMEAR_LR, " (finding)"))}
 """The seed studies' comparisons made at one smear rate, by label (val bpb, sixteen seeds: MANY_SEEDS, or FRESH_SEEDS
-where the label says replication), with the rate both arms trained at."""
+where the label says replication; eight, FINDING_SEEDS, where it says finding), with the rate both arms trained at."""
 (BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_SCALED_16, XSA_HEAD_16, XSA_SCALED_16, XSA_MID_16, XSA_FRESH_16,
- BLOCK_FRESH_16, DELTA_FRESH_16) = SEED_STUDY_SMEAR_LR
+ BLOCK_FRESH_16, DELTA_FRESH_16, XSA_FINDING, BLOCK_FINDING, DELTA_FINDING) = SEED_STUDY_SMEAR_LR
 XSA_CHANGE_16 = f"XSA's effect, smear_lr {rate_text(SCALED_SMEAR_LR)} − {rate_text(TrainConfig().smear_lr)}"
 "The one comparison across two rates: the per-seed change of XSA's effect from the headline recipe to the scaled."
+
+
+def baseline_family(runs: dict, seeds: Iterable[int], arms: tuple[str, ...]) -> tuple[dict, ...]:
+    "Each of `arms` − the baseline, paired over `seeds`, the arms one family under Holm (a pre-registered study's test)."
+    seeds = tuple(seeds)
+    return holm_family(*(seed_study(runs, seeds, ("base", arm))["pair"] for arm in arms))
 
 
 def seed_study_rows(results: Path, preset: str) -> list[dict]:
@@ -409,12 +422,12 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
     Holm level in its family (`study`: the family, of `family_size` comparisons; `preregistered`: one of
     PREREGISTERED); empty for a preset other than `cpu` or where none is kept, refused where only some are."""
     results = Path(results)
-    folders = sorted(set(SEED_STUDY_DIRS.values()))
+    folders = sorted(set(SEED_STUDY_DIRS.values()) | {FINDING_DIR})
     missing = [f for f in folders if not (results / f).is_dir()]
     if preset != "cpu" or len(missing) == len(folders):
         return []
     need(not missing, f"the seed studies are kept only in part under {results}: {', '.join(missing)} missing")
-    read = {f: kept_study(results / f) for f in folders}
+    read = {f: kept_study(results / f) for f in folders if f != FINDING_DIR}
     kept = {family: read[f] for family, f in SEED_STUDY_DIRS.items()}
     block_head = seed_study(kept["delta_block_seeds"], MANY_SEEDS)
     block_scaled, block_changes = recipe_family(block_head, seed_study(kept["delta_block_smear"], MANY_SEEDS))
@@ -422,8 +435,10 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
     xsa_head, xsa_scaled, xsa_mid = (seed_study(runs, MANY_SEEDS, ("base", "xsa")) for runs in (
         kept["delta_block_seeds"] | kept["xsa_seeds"], kept["delta_block_smear"] | kept["xsa_smear"], kept["xsa_mid_smear"]))
     xsa = effect_family(xsa_head, xsa_scaled)
-    replication = holm_family(*(seed_study(kept["smear_replication"], FRESH_SEEDS, ("base", arm))["pair"]
-                                for arm in ("xsa", "delta_block")))
+    replication = baseline_family(kept["smear_replication"], FRESH_SEEDS, ("xsa", "delta_block"))
+    finding = baseline_family({r.name: read_kept(results / FINDING_DIR / r.name) for r in get_preset("finding").runs
+                               if (results / FINDING_DIR / r.name / "summary.json").is_file()},
+                              FINDING_SEEDS, ("xsa", "delta_block", "delta"))
     delta_fresh = seed_study(kept["smear_replication"] | kept["delta_smear_replication"], FRESH_SEEDS, ("base", "delta"))
     rows = [("delta_block_seeds", 1, BLOCK_HEAD_16, own_family(block_head["pair"])),
             ("delta_block_smear", 1 + len(block_changes), BLOCK_SCALED_16, block_scaled),
@@ -433,6 +448,8 @@ def seed_study_rows(results: Path, preset: str) -> list[dict]:
             ("xsa_mid_smear", 1, XSA_MID_16, own_family(xsa_mid["pair"])),
             *(("smear_replication", len(replication), label, c)
               for label, c in zip((XSA_FRESH_16, BLOCK_FRESH_16), replication, strict=True)),
-            ("delta_smear_replication", 1, DELTA_FRESH_16, own_family(delta_fresh["pair"]))]
+            ("delta_smear_replication", 1, DELTA_FRESH_16, own_family(delta_fresh["pair"])),
+            *(("finding", len(finding), label, c)
+              for label, c in zip((XSA_FINDING, BLOCK_FINDING, DELTA_FINDING), finding, strict=True))]
     return [{"study": family, "family_size": size, "comparison": label, "preregistered": family in PREREGISTERED} | c
             for family, size, label, c in rows]
