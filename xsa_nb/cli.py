@@ -174,7 +174,8 @@ def estimate_words(name: str, kept: dict) -> str:
         on = f" on {n} H100s" if n > 1 else " on an H100"
     else:
         on = f" on {n} GPUs" if n > 1 else ""
-    return f"{'≥ ' if sft else ''}{duration_text(kept['seconds'])}{on}"
+    at_once = f" with {kept['jobs']} at once" if kept.get("jobs", 1) > 1 else ""
+    return f"{'≥ ' if sft else ''}{duration_text(kept['seconds'])}{on}{at_once}"
 
 
 def presets_text() -> str:

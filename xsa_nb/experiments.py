@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .chat_data import chat_sample_dir
 from .config import SFTConfig, TrainConfig, cache_dir, validate, validate_sft
 from .published import PUBLISHED_SHAPES
-from .recipe import ASSUMED_MFU, B_REF, run_plan
+from .recipe import ASSUMED_MFU, B_REF, duration_text, run_plan
 from .utils import need
 
 # %% auto #0
@@ -21,7 +22,7 @@ __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE
            'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SINK_PREDICTION', 'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS',
            'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name',
            'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'carried_smear_lr', 'study_preset', 'run_status',
-           'train_params', 'plan_experiment', 'plan_experiment_text']
+           'train_params', 'threads_per_job', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -427,12 +428,19 @@ def train_params(run: Run, runs_dir: Path) -> dict:
     return params
 
 # %% ../nbs/09_experiments.ipynb #f6dc28ea
-def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1) -> list[dict]:
-    "One row per training run of `preset`, resolved as its training would be but without training (see `run_plan`)."
+def threads_per_job(jobs: int, env: dict | None = None) -> int:
+    "The CPU threads each of `jobs` runs at once gets: `OMP_NUM_THREADS` (else the cores) shared evenly, one at least."
+    env = os.environ if env is None else env
+    return max(1, int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1) // jobs)
+
+
+def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1, jobs: int = 1) -> list[dict]:
+    """One row per training run of `preset`, resolved as its training would be but without training (see `run_plan`),
+    each on the threads it will get with `jobs` runs at once."""
     runs_dir = Path(root or ".") / "runs" / preset
     rows = []
     for run in (r for r in get_preset(preset).runs if r.kind == "train"):  # 14_sft sizes itself from its mixture
-        plan = run_plan(TrainConfig(**train_params(run, runs_dir)), world_size=nproc)
+        plan = run_plan(TrainConfig(**train_params(run, runs_dir)), world_size=nproc, threads=threads_per_job(jobs))
         s, r = plan["settings"], plan["recipe"]
         rows.append(dict(run=run.name, device=s["device"], dtype=s["dtype"], seq_len=s["seq_len"],
                          windows=s["window_pattern"], depth=r["n_layer"], width=r["n_embd"], heads=r["n_head"],
@@ -442,8 +450,8 @@ def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1) -> li
     return rows
 
 
-def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1) -> str:
-    "The rows of `plan_experiment` as a table for people, with the data to fetch and the estimated total time."
+def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1, jobs: int = 1) -> str:
+    "The rows of `plan_experiment` as a table for people, with the data to fetch and the estimated time, `jobs` at once."
     head = f"{'run':<26} {'device':<7} {'T':>5} {'win':>5} {'shape':>14} {'params':>13} {'tokens':>15} {'steps':>6} {'batch':>9} {'matrix lr':>9} {'est. h':>7}"
     body = [f"{r['run']:<26} {r['device']:<7} {r['seq_len']:>5} {r['windows']:>5} "
             f"{'d%d %dw %dh' % (r['depth'], r['width'], r['heads']):>14} {r['params']:>13,} {r['tokens']:>15,} "
@@ -451,8 +459,10 @@ def plan_experiment_text(preset: str, rows: list[dict], nproc: int = 1) -> str:
     most = lambda key: max((r["data"].get(key, 0) for r in rows), default=0)  # the runs share one data directory
     need, fetch, size = most("shards_needed"), most("shards_to_fetch"), most("bytes_to_fetch")
     data = rows[0]["data"]["data_dir"] if rows else "-"
+    total = sum(r["seconds"] for r in rows)
     tail = [f"{len(rows)} runs of preset {preset} on {nproc} process(es): {sum(r['tokens'] for r in rows):,} training tokens, "
-            f"about {sum(r['seconds'] for r in rows) / 3600:.1f} h (training, its validations and each run's start-up; "
+            f"about {duration_text(total)}" + (f" of runs, {duration_text(total / jobs)} with {jobs} at once" if jobs > 1 else "") +
+            f" (training, its validations and each run's start-up; "
             f"at {ASSUMED_MFU:.0%} of {rows[0]['peak_flops'] if rows else 0:.3g} FLOP/s, {rows[0]['peak_source'] if rows else '-'})",
             f"data: {data}" + (f"; {need} training shards needed, {fetch} to fetch ({size / 1e9:.1f} GB)" if need else "")]
     sft = [r.name for r in get_preset(preset).runs if r.kind == "sft"]

@@ -182,8 +182,9 @@ def device_peak_flops(device: str, dtype: str, threads: int) -> float:
     return known[key]
 
 
-def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
-    "What a run would do, resolved on this machine, without doing it: settings, data to fetch, recipe, time."
+def run_plan(cfg: TrainConfig, world_size: int = 1, threads: int | None = None) -> dict:
+    """What a run would do, resolved on this machine, without doing it: settings, data to fetch, recipe, time (on
+    `threads` CPU threads, default this process's: a run of `reproduce --jobs J` gets its share, `threads_per_job`)."""
     s = resolve_settings(cfg)
     recipe = resolve_recipe(s, world_size=world_size)
     data = {"data_dir": s.data_dir or "embedded corpus", "tokenizer": s.tokenizer_path or "embedded corpus's"}
@@ -200,7 +201,7 @@ def run_plan(cfg: TrainConfig, world_size: int = 1) -> dict:
                     tokenizer_to_train=not Path(s.tokenizer_path).is_file())
     device = torch.device(s.device)
     here = device.type != "cuda" or torch.cuda.is_available()
-    peak = device_peak_flops(s.device, s.dtype, torch.get_num_threads()) if here else STATED_PEAK_FLOPS
+    peak = device_peak_flops(s.device, s.dtype, threads or torch.get_num_threads()) if here else STATED_PEAK_FLOPS
     flops = recipe["flops_per_token"] * recipe["tokens"]
     evaluations = (recipe["steps"] // s.eval_every if s.eval_every > 0 else 0) + 1  # and one at the end
     eval_flops = recipe["flops_per_token"] / 3 * s.eval_tokens * evaluations  # a forward is a third of a step's FLOPs

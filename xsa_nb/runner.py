@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from .checkpoint import check_same_run, read_json, resolve_run
 from .config import TrainConfig, cache_dir
-from .experiments import DEFAULT_PRESET, Preset, Run, get_preset, plan_experiment, plan_experiment_text, run_status, train_params
+from .experiments import (DEFAULT_PRESET, Preset, Run, get_preset, plan_experiment, plan_experiment_text, run_status,
+                                threads_per_job, train_params)
 from .trainer import train
 from .utils import atomic_write_text, is_integer, need, positive_int
 
@@ -236,8 +237,7 @@ def job_env(slot: int, jobs: int, device: str, nproc: int = 1, env: dict | None 
     if str(device).startswith("cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * nproc + i) for i in range(nproc))
     else:
-        total = int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-        env["OMP_NUM_THREADS"] = str(max(1, total // jobs))
+        env["OMP_NUM_THREADS"] = str(threads_per_job(jobs, env))
     return env
 
 
@@ -426,11 +426,12 @@ def kept_estimates() -> dict[str, dict]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def keep_estimate(preset: str, rows: list[dict], nproc: int) -> None:
-    "Keep the total time of `preset`'s plan (`plan_experiment`'s `rows`, `nproc` processes a run) for `reproduce --help`."
+def keep_estimate(preset: str, rows: list[dict], nproc: int, jobs: int = 1) -> None:
+    """Keep the time of `preset`'s plan (`plan_experiment`'s `rows`, `nproc` processes a run, `jobs` runs at once) for
+    `reproduce --help`."""
     if not rows:  # fine-tuning alone: nothing planned
         return
-    plan = {"seconds": sum(r["seconds"] for r in rows), "nproc": nproc, "peak_flops": rows[0]["peak_flops"]}
+    plan = {"seconds": sum(r["seconds"] for r in rows) / jobs, "nproc": nproc, "jobs": jobs, "peak_flops": rows[0]["peak_flops"]}
     kept = kept_estimates() | {preset: plan}  # peak_flops: measured here, or a GPU's stated peak where none is here
     estimates_file().parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(estimates_file(), json.dumps(kept, indent=1, sort_keys=True))
@@ -458,9 +459,9 @@ def reproduce(preset: str = DEFAULT_PRESET, root: Path | None = None, nproc: int
     check_gpus(p, jobs, nproc)
     root = Path(root or project_root())
     if dry_run:
-        rows = plan_experiment(preset, root, nproc)
-        log(plan_experiment_text(preset, rows, nproc))
-        keep_estimate(preset, rows, nproc)
+        rows = plan_experiment(preset, root, nproc, jobs)
+        log(plan_experiment_text(preset, rows, nproc, jobs))
+        keep_estimate(preset, rows, nproc, jobs)
         return []
     if only:
         run_experiment(preset, root, nproc=nproc, only=only, log=log)
