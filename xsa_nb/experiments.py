@@ -19,10 +19,11 @@ from .utils import need
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
            'SCALED_SMEAR_LR', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS', 'FINDING_PREDICTION',
-           'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SINK_PREDICTION', 'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS',
-           'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name',
-           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'carried_smear_lr', 'study_preset', 'run_status',
-           'train_params', 'threads_per_job', 'plan_experiment', 'plan_experiment_text']
+           'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SIZE_SEEDS', 'SIZE_PREDICTION', 'SINK_PREDICTION',
+           'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS', 'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET',
+           'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset',
+           'carried_smear_lr', 'study_preset', 'run_status', 'train_params', 'threads_per_job', 'plan_experiment',
+           'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -323,6 +324,17 @@ LR_PREDICTION = (
     "recipe multiplied. Test, one family of three under Holm at α = 0.05 over seeds 40–47 (lr_scale 4 is xsa-fresh's "
     "runs): each replicates below zero, contradicts above, else not resolved with its mde. Described, not tested: the "
     "effect's trend over the rate, runs that jump or diverge.")
+SIZE_SEEDS = tuple(range(48, 59))
+"""The size test's seeds: 11, by the rule 24_xsa_size fixed before the pilot (the fewest in 4..16 resolving half d2's
+relative effect, 0.44 %, at α = 0.05/2 with 80 % power, given the pilot's SD), on seeds no study used."""
+SIZE_PREDICTION = (
+    "Prediction (the XSA paper's: the gain grows with size; committed after the pilot xsa-size-pilot, before any of "
+    "the test's runs): at d4 (256 wide, two heads of 128, 7.3 M parameters, the same 1 M tokens as d2) XSA − baseline "
+    "(validation bpb, paired by seed) is below zero, and XSA's relative effect is more negative than at d2 (−0.88 %, "
+    "scaled-smear seeds 0–15). Test, one family of two under Holm at α = 0.05 over seeds 48–58: (1) XSA − "
+    "baseline at d4, replicates below zero, contradicts above, else not resolved with its mde; (2) d4's mean relative "
+    "effect less d2's (Welch's interval, independent seeds), grows below zero, shrinks above, else not resolved with "
+    "its mde. Described, not tested: the effect in bpb, how many seeds fall below zero, runs whose loss jumps.")
 SINK_PREDICTION = (
     "Prediction (the XSA paper's: XSA complements a learned sink, committed before any of its runs): XSA + sink − sink "
     "(validation bpb, paired by seed) below zero at the finding's recipe. Test: paired over seeds 40–47, a family of "
@@ -384,6 +396,8 @@ STUDIES = {s.name: s for s in [
                  records=("smear_rate/slow_smear/runs",)),
     study_preset("xsa-size-pilot", "How much do paired seeds vary at d4 (256 wide)? The pilot that sizes the size study",
                  "xsa_size/pilot", ("base", "xsa"), range(100, 104), SCALED, depth=4),
+    study_preset("xsa-size", QUESTIONS["xsa_size"], "xsa_size/size", ("base", "xsa"), SIZE_SEEDS, SCALED, depth=4,
+                 prediction=SIZE_PREDICTION),
     study_preset("gpu-pairs", QUESTIONS["gpu"], "gpu/pairs", ("base", "xsa", "delta_block"), range(64),
                  prediction=GPU_PAIRS_PREDICTION, depth=6, base=GPU_PAIRS_BASE,
                  hardware="one GPU (H100 or H200), bf16, compiled, one process (13d_gpu_pairs: run_gpu_pairs)"),
