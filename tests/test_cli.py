@@ -184,8 +184,10 @@ def test_a_missing_chat_dir_is_refused_in_one_line_before_any_work(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_run_leaves_a_failed_notebook_not_a_running_one(tmp_path):
-    # 5000 steps: long enough to be killed mid-run; its CPU-time estimate depends on the machine, so no refusal
-    proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "max_cpu_hours", "0", "-p", "run_dir", "run"],
+    # 5000 steps of one 256-token batch: long enough to be killed mid-run, yet under one pass over the embedded corpus
+    # (more passes are refused); its CPU-time estimate depends on the machine, so no refusal
+    proc = subprocess.Popen([XSA_NB, "train", *TINY, "-p", "steps", "5000", "-p", "total_batch_size", "256",
+                             "-p", "max_cpu_hours", "0", "-p", "run_dir", "run"],
                             cwd=tmp_path,
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.time() + 300
