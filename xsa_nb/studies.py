@@ -19,9 +19,9 @@ from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
 __all__ = ['ARM_LABELS', 'STUDY_FILES', 'OTHER_RECORDS', 'GROUPS', 'HEADLINE_READS', 'study_folders', 'study_run_dirs',
-           'read_study', 'study_depth', 'arm_bpb', 'arm_jumps', 'verdict_rows', 'finding_sentence', 'provenance_line',
-           'write_study_report', 'verdict_words', 'study_summaries', 'write_results_index', 'published_direction',
-           'cell_text', 'headline_rows', 'finding_text', 'write_headline']
+           'read_study', 'study_depth', 'arm_bpb', 'arm_jumps', 'verdict_rows', 'study_status', 'finding_sentence',
+           'provenance_line', 'write_study_report', 'verdict_words', 'study_summaries', 'write_results_index',
+           'published_direction', 'cell_text', 'headline_rows', 'finding_text', 'write_headline']
 
 # %% ../nbs/12f_studies.ipynb #c818c3dd
 def study_folders(preset: Preset) -> tuple[str, ...]:
@@ -86,6 +86,18 @@ def verdict_rows(preset: Preset, runs: dict) -> list[dict]:
                      "jumped": arm_jumps(preset, runs, arm), "sd_diff": c["sd"], "level": c.get("level"),
                      "p_holm": c.get("p_holm")})
     return rows
+
+# %% ../nbs/12f_studies.ipynb #d143c1a2
+def study_status(names: tuple[str, ...], results: Path) -> list[str]:
+    "One line per study of `names`: runs kept of runs planned, and its verdicts once every run is kept."
+    lines = []
+    for name in names:
+        study = get_preset(name)
+        made = read_study(study, results)
+        done = len(made) == len(study.runs)
+        lines.append(f"{name}: {len(made)} of {len(study.runs)} runs kept" +
+                     (f"; {'; '.join(r['verdict'] for r in verdict_rows(study, made)[1:])}" if done else ""))
+    return lines
 
 # %% ../nbs/12f_studies.ipynb #99590153
 def finding_sentence(row: dict) -> str:
