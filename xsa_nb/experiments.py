@@ -18,12 +18,12 @@ from .utils import need
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
-           'SCALED_SMEAR_LR', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS', 'FINDING_PREDICTION',
-           'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SIZE_SEEDS', 'SIZE_PREDICTION', 'SINK_PREDICTION',
-           'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS', 'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET',
-           'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset',
-           'carried_smear_lr', 'study_preset', 'run_status', 'train_params', 'threads_per_job', 'plan_experiment',
-           'plan_experiment_text']
+           'SCALED_SMEAR_LR', 'ADAMW_PILOT_RATES', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS',
+           'FINDING_PREDICTION', 'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SIZE_SEEDS', 'SIZE_PREDICTION',
+           'SINK_PREDICTION', 'ADAMW_PILOT_SEEDS', 'ADAMW_PILOT_RULE', 'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS',
+           'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name',
+           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'carried_smear_lr', 'study_preset', 'run_status',
+           'train_params', 'threads_per_job', 'plan_experiment', 'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -253,9 +253,12 @@ def carried_smear_lr(total_batch_size: int) -> float:
 
 SCALED_SMEAR_LR = carried_smear_lr(HEADLINE["total_batch_size"])
 "nanochat's fixed smear-group rate (0.2) carried to the headline's batch, as every other rate of the recipe is."
+ADAMW_PILOT_RATES = (0.002, 0.004, 0.008, 0.016)
+"AdamW-alone matrix rates (`adamw_matrix_lr`, at the reference batch) the optimizer study's pilot tries: ×½ to ×4 of 0.004."
 ARMS = {"base": {}, "xsa": dict(xsa_alpha=1.0), "delta_block": dict(residual="delta_block"), "delta": dict(residual="delta"),
-        "attnres": dict(residual="attnres"), "sink": dict(attn_sink=True), "xsa_sink": dict(xsa_alpha=1.0, attn_sink=True)}
-"The switches of a study's arms, by the name its runs carry (`base`: none)."
+        "attnres": dict(residual="attnres"), "sink": dict(attn_sink=True), "xsa_sink": dict(xsa_alpha=1.0, attn_sink=True),
+        **{f"adamw_{lr:g}": dict(optimizer="adamw", adamw_matrix_lr=lr) for lr in ADAMW_PILOT_RATES}}
+"The switches of a study's arms, by the name its runs carry (`base`: none; `adamw_R`: AdamW alone at matrix rate R)."
 
 
 def study_preset(name: str, question: str, folder: str, arms: tuple[str, ...], seeds, recipe: dict | None = None,
@@ -290,6 +293,7 @@ QUESTIONS = {
     "xsa_seq_len": "Does XSA's gain grow with sequence length?",
     "xsa_lr": "Does XSA's gain hold across learning rates?",
     "xsa_with_sink": "Does XSA add to a learned attention sink?",
+    "xsa_optimizer": "Is XSA's gain under Muon the gain it has under AdamW alone, where the XSA paper measured it?",
 }
 "The research questions, by the folder under docs/results/ that holds their studies."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
@@ -340,6 +344,13 @@ SINK_PREDICTION = (
     "(validation bpb, paired by seed) below zero at the finding's recipe. Test: paired over seeds 40–47, a family of "
     "one at α = 0.05; replicates below zero, contradicts above, else not resolved with its mde. Described beside it: "
     "XSA − baseline on the same seeds (xsa-fresh).")
+ADAMW_PILOT_SEEDS = (104, 105)
+"The AdamW-rate pilot's seeds: two no study used (the size pilot took 100–103)."
+ADAMW_PILOT_RULE = (
+    "Rule (committed before any of the pilot's runs): the optimizer study trains AdamW alone at the pilot's rate of "
+    "lowest mean validation bpb over seeds 104–105 (the baseline arm, no XSA); where that rate is an end of the grid "
+    "(0.002 or 0.016) the study says so beside its verdicts. The Muon baseline on the same seeds stands beside it as "
+    "the reference. The pilot is not part of any test (29_xsa_optimizer).")
 GPU_PAIRS_ROWS, GPU_PAIRS_STEPS = 16, 60  # 16 × 2048 tokens a step, 60 steps: within one pass of the embedded corpus
 GPU_PAIRS_BASE = HEADLINE | dict(  # the headline's recipe (its lr_scale 4) in nanochat's GPU regime
     depth=6, device="cuda", seq_len=2048, window_pattern="SSSL", compile=True,  # bf16 and FlexAttention: auto on a GPU
@@ -414,6 +425,9 @@ STUDIES = {s.name: s for s in [
                  ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(lr_scale=2.0), prediction=LR_PREDICTION),
     study_preset("xsa-lr8", "At twice the headline's learning rates (lr_scale 8), does XSA lower bpb?", "xsa_lr/lr8",
                  ("base", "xsa"), CLAIM_SEEDS, SCALED | dict(lr_scale=8.0), prediction=LR_PREDICTION),
+    study_preset("adamw-rate-pilot", "Which matrix rate suits AdamW alone at the finding's recipe? The pilot that sets "
+                 "the optimizer study's rate", "xsa_optimizer/adamw_rate_pilot",
+                 ("base", *(f"adamw_{lr:g}" for lr in ADAMW_PILOT_RATES)), ADAMW_PILOT_SEEDS, SCALED),
     study_preset("sink-scaled", "With a learned sink, does XSA still lower bpb at the finding's recipe?",
                  "xsa_with_sink/sink_scaled", ("sink", "xsa_sink"), CLAIM_SEEDS, SCALED, prediction=SINK_PREDICTION),
 ]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from .experiments import PRESETS, QUESTIONS, STUDIES, Preset, get_preset, run_name, run_status
+from .experiments import ADAMW_PILOT_RATES, PRESETS, QUESTIONS, STUDIES, Preset, get_preset, run_name, run_status
 from .figures import effects_figure
 from .published import PUBLISHED_DELTA_PPL, PUBLISHED_XSA_MUON
 from .records import (BPB_UNITS, JUMP_NATS, REPLICATION_WORDS, check_one_commit, early_loss_rise, holm_family,
@@ -46,7 +46,8 @@ def read_study(preset: Preset, results: Path) -> dict[str, dict]:
 
 # %% ../nbs/12f_studies.ipynb #c319e65a
 ARM_LABELS = {"base": "baseline", "xsa": "XSA", "delta_block": "Delta Block", "delta": "Delta AttnRes",
-              "attnres": "AttnRes", "sink": "baseline + sink", "xsa_sink": "XSA + sink"}
+              "attnres": "AttnRes", "sink": "baseline + sink", "xsa_sink": "XSA + sink",
+              **{f"adamw_{lr:g}": f"AdamW alone, {lr:g}" for lr in ADAMW_PILOT_RATES}}
 "How a study's tables name its arms."
 
 
