@@ -1,8 +1,10 @@
 """The console script as a researcher uses it (`xsa_nb train`, `xsa_nb eval`, each in a fresh process): mistakes are
-refused before any work, naming what is wrong, with nothing written; values are read as papermill reads them; each
-run gets a directory of its own; executed notebooks are written atomically, so a failed run keeps the last good one;
-the notebook's output reaches the terminal and Jupyter's plumbing stays quiet; files get the usual mode. The
-evaluation round trip and the killed run are in the slow tier (`make test-slow`)."""
+refused before any work, naming what is wrong, with nothing written; what the notebook refuses (data that cannot be
+fetched, a full disk, a corrupt checkpoint: the states of refusal_setups) is one line too, as through papermill;
+values are read as papermill reads them; each run gets a directory of its own; executed notebooks are written
+atomically, so a failed run keeps the last good one; the notebook's output reaches the terminal and Jupyter's
+plumbing stays quiet; files get the usual mode. The evaluation round trip, the data that cannot be fetched
+and the killed run are in the slow tier (`make test-slow`)."""
 import json
 import os
 import re
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from refusal_setups import corrupt_copy, full_disk_env, offline_env
 from xsa_nb.chat_data import chat_sample_dir
 from xsa_nb.experiments import run_status
 
@@ -30,8 +33,18 @@ NOISE = ("without encryption", "KeyboardInterrupt")
 ENV = {k: v for k, v in os.environ.items() if k != "IN_TEST"}  # real runs, not the notebooks' test mode
 
 
-def xsa_nb(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([XSA_NB, *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+def xsa_nb(*args, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    "Run the console script with `args` in `cwd`, its environment ENV with `env` added."
+    return subprocess.run([XSA_NB, *map(str, args)], cwd=cwd, env=ENV | (env or {}), capture_output=True, text=True,
+                          timeout=600)
+
+
+def assert_refused_in_one_line(res: subprocess.CompletedProcess, message: str) -> None:
+    "A refusal as `xsa_nb train` shows it: exit 2, one `error:` line holding `message`, said once, and no traceback."
+    said = [line for line in res.stderr.splitlines() if line.startswith("xsa_nb train: error:")]
+    assert res.returncode == 2 and len(said) == 1 and message in said[0], res.stderr[-3000:]
+    both = res.stderr + res.stdout
+    assert both.count(message) == 1 and "Traceback" not in both and "Refusal" not in both, both[-3000:]
 
 
 def usual_mode(directory: Path) -> int:
@@ -139,9 +152,7 @@ def test_a_failed_training_keeps_the_good_notebook(trained):
 def test_a_long_cpu_run_is_refused_in_one_line_and_debug_shows_the_traceback(tmp_path):
     "The README's GPU command on a CPU: one line naming the estimate and what to do, no traceback, exit 2."
     res = xsa_nb("train", "-p", "depth", "24", cwd=tmp_path)
-    said = [line for line in res.stderr.splitlines() if line.startswith("xsa_nb train: error:")]
-    assert res.returncode == 2 and len(said) == 1 and "estimated at" in said[0], res.stderr[-3000:]
-    assert "Traceback" not in res.stderr and "Refusal" not in res.stderr, res.stderr[-3000:]
+    assert_refused_in_one_line(res, "estimated at")
     debug = subprocess.run([XSA_NB, "train", "-p", "depth", "24", "-p", "dry_run", "False"], capture_output=True,
                            text=True, cwd=tmp_path, env=ENV | {"XSA_NB_DEBUG": "1"})
     assert debug.returncode != 0 and "Traceback" in debug.stderr, debug.stderr[-3000:]
@@ -152,6 +163,29 @@ def test_a_run_refused_inside_its_notebook_leaves_nothing_behind(tmp_path):
     res = xsa_nb("train", *TINY, "-p", "data_dir", tmp_path / "empty", cwd=tmp_path)
     assert res.returncode == 1 and "failed.ipynb" not in res.stderr, res.stderr[-3000:]
     assert list(tmp_path.glob("runs/*")) == []  # no run directory: neither the lock it took nor its failed notebook
+
+
+@pytest.mark.slow
+def test_data_that_cannot_be_fetched_is_refused_in_one_line(tmp_path):
+    "Offline, a run pointed at the ClimbMix cache: one line naming what is missing and the command that fetches it."
+    res = xsa_nb("train", *TINY, "-p", "data_dir", tmp_path / "cache" / "climbmix", cwd=tmp_path,
+                 env=offline_env(tmp_path))
+    assert_refused_in_one_line(res, "missing, and could not be fetched")
+    assert "xsa_nb data download climbmix -n 8" in res.stderr, res.stderr[-3000:]
+
+
+def test_a_full_disk_is_refused_in_one_line_with_how_to_resume(tmp_path):
+    run = tmp_path / "run"
+    res = xsa_nb("train", *TINY, "-p", "run_dir", run, cwd=tmp_path, env=full_disk_env(tmp_path))
+    assert_refused_in_one_line(res, f"no space left on the device holding {run}")
+    assert f"run again with -p run_dir {run} to resume" in res.stderr, res.stderr[-3000:]
+
+
+def test_a_corrupt_checkpoint_is_refused_in_one_line(trained):
+    cwd, run, _ = trained
+    corrupt = corrupt_copy(run, cwd / "corrupt")  # unfinished, so the same command resumes from its checkpoint
+    res = xsa_nb("train", *TRAINED, "-p", "run_dir", corrupt, cwd=cwd)
+    assert_refused_in_one_line(res, "is corrupt or truncated")
 
 
 @pytest.mark.slow

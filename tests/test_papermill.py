@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from refusal_setups import corrupt_copy, full_disk_env, offline_env
 
 pytestmark = pytest.mark.xdist_group("papermill")  # one worker: the module fixture is built once
 
@@ -233,38 +234,24 @@ def test_a_run_directory_of_another_configuration_is_refused(tmp_path):
 def test_data_that_cannot_be_fetched_is_refused(tmp_path):
     """Offline (every download through a proxy that refuses connections), a run pointed at the ClimbMix cache names
     what is missing, the command that fetches it, and the explicit paths or the embedded corpus instead."""
-    offline = {"XSA_NB_CACHE": str(tmp_path / "cache"), "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-               "no_proxy": "", "NO_PROXY": ""}
     res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "1", "-p", "steps", "2", "-p", "data_dir",
-                    str(tmp_path / "cache" / "climbmix"), *SMALL, cwd=tmp_path, env=offline)
+                    str(tmp_path / "cache" / "climbmix"), *SMALL, cwd=tmp_path, env=offline_env(tmp_path))
     assert_refused(res, "missing, and could not be fetched")
     said = res.stderr + res.stdout
     assert "xsa_nb data download climbmix -n 8" in said and "-p data_dir '' -p tokenizer_path '' for the embedded corpus" in said
 
 
 def test_a_full_disk_is_refused_with_how_to_resume(tmp_path):
-    """The kernel's every atomic write (config.json, then the checkpoint) fails as on a full disk: an IPython
-    start-up file of this test's own IPYTHONDIR makes it so, before the notebook imports xsa_nb's writers."""
-    startup = tmp_path / "ipython" / "profile_default" / "startup"
-    startup.mkdir(parents=True)
-    (startup / "00_full_disk.py").write_text(
-        "import errno as _errno\nimport xsa_nb.utils as _utils\n"
-        "def _full(path, data):\n    raise OSError(_errno.ENOSPC, 'No space left on device')\n"
-        "_utils.atomic_write_bytes = _full\n")
+    "The kernel's every atomic write (config.json, then the checkpoint) fails as on a full disk (full_disk_env)."
     run = tmp_path / "run"
     res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "1", "-p", "steps", "2", "-p", "run_dir", str(run),
-                    *SMALL, cwd=tmp_path, env={"IPYTHONDIR": str(tmp_path / "ipython")})
+                    *SMALL, cwd=tmp_path, env=full_disk_env(tmp_path))
     assert_refused(res, f"no space left on the device holding {run}")
     assert f"run again with -p run_dir {run} to resume" in res.stderr
 
 
 def test_a_corrupt_checkpoint_is_refused(trained, tmp_path):
-    import shutil
-    run = tmp_path / "run"
-    shutil.copytree(trained, run)
-    (run / "summary.json").unlink()  # an unfinished run: the same command resumes from its checkpoint
-    weights = run / "checkpoint" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
+    run = corrupt_copy(trained, tmp_path / "run")  # unfinished, so the same command resumes from its checkpoint
     res = papermill("10_train.ipynb", "out.ipynb", "-p", "depth", "2", "-p", "steps", "20", "-p", "lr_scale", "32",
                     "-p", "run_dir", str(run), *SMALL, cwd=tmp_path, threads=1)
     assert_refused(res, "is corrupt or truncated")

@@ -271,8 +271,9 @@ def continue_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimi
         raise ValueError(f"{path / 'optimizer.safetensors'} does not name its parameters (converted from the old "
                          "format): it can be resumed, not continued under other switches")
     params = dict(model.named_parameters())
-    for index, tensors in saved["state"].items():
-        optimizer.state[params[names[index]]] = tensors
+    for index, tensors in saved["state"].items():  # moments in their parameter's dtype: a base run's may differ
+        p = params[names[index]]                      # (bf16 embedding tables on a GPU, fp32 on the CPU; 04_model)
+        optimizer.state[p] = {k: v.to(p.dtype) if v.shape == p.shape else v for k, v in tensors.items()}
     return read_json(path / "state.json") | {"fresh": fresh}
 
 

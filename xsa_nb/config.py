@@ -23,11 +23,11 @@ from .tokenizer import Tokenizer
 from .utils import KERNEL_IMPLS, check_device, dist_info, is_integer, need, positive_int, positive_number
 
 # %% auto #0
-__all__ = ['AUTO', 'OPTIMIZERS', 'AUTO_OPTIONS', 'option', 'TrainConfig', 'option_help', 'parameters_source', 'SFTConfig',
-           'check_dtype', 'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype',
-           'synchronize', 'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'xsa_layer_spec',
-           'model_config', 'is_cache_path', 'validate', 'meta_model', 'run_tokenizer_path', 'run_tokenizer',
-           'build_model']
+__all__ = ['AUTO', 'OPTIMIZERS', 'AUTO_OPTIONS', 'DEFAULT_CACHE', 'option', 'TrainConfig', 'SFTConfig', 'check_dtype',
+           'check_schedule', 'validate_sft', 'resolve_device', 'cpu_has_bf16_units', 'compute_dtype', 'synchronize',
+           'matmul_flops', 'cache_dir', 'device_settings', 'resolve_settings', 'help_value', 'auto_help', 'option_help',
+           'parameters_source', 'xsa_layer_spec', 'model_config', 'is_cache_path', 'validate', 'meta_model',
+           'run_tokenizer_path', 'run_tokenizer', 'build_model']
 
 # %% ../nbs/08_config.ipynb #73047a9f
 AUTO = "auto"  # a setting resolved from the device (`resolve_settings`)
@@ -35,7 +35,7 @@ OPTIMIZERS = ("muon", "adamw")  # the matrices' optimizer (`build_optimizer`, 08
 
 
 def option(default, help: str):
-    "A field of a run's configuration: its default and the one line of help its notebook's parameters cell shows."
+    "A field of a run's configuration: its default and one line of help saying what it is (`option_help` shows it)."
     return field(default=default, metadata={"help": help})
 
 
@@ -56,16 +56,16 @@ class TrainConfig:
     residual_scalars: bool = option(True, "nanochat's resid/x0 lambdas and backout; false: plain residual sum")
     attn_sink: bool = option(False, "learned per-head attention sink logit")
     kernels: str = option("fused", "XSA, routing and the loss: fused (fast) or plain (autograd through the formula)")
-    attention: str = option(AUTO, "attention kernel: auto is flex on a GPU (FlexAttention where a window hides keys, "
-                                  "SDPA elsewhere), sdpa on the CPU")
+    attention: str = option(AUTO, "attention kernel: flex (FlexAttention where a window hides keys, SDPA elsewhere) "
+                                  "or sdpa")
     init_from: str = option("", "a run directory whose final weights start this run, empty for a fresh init")
     continue_from: str = option("", "a run directory this run continues (weights, optimizer, data, step), or empty")
-    window_pattern: str = option(AUTO, "sliding-window pattern: auto is SSSL on a GPU, L on the CPU")
-    seq_len: int | str = option(AUTO, "tokens per row: auto is 2048 on a GPU, 256 on the CPU")
-    packing: str = option(AUTO, "rows from documents: bestfit (nanochat), chunks, auto (chunks: embedded corpus)")
-    device_batch_size: int | str = option(AUTO, "rows per pass per rank: auto is 32 (16 past depth 20) on a GPU, 8 on the CPU")
-    total_batch_size: int | str = option(AUTO, "tokens per step, -1 for nanochat's rule: auto is -1 on a GPU, 8192 on the CPU")
-    steps: int | str = option(AUTO, "optimizer steps, -1 for the data-ratio horizon: auto is -1 on a GPU, 120 on the CPU")
+    window_pattern: str = option(AUTO, "sliding-window pattern")
+    seq_len: int | str = option(AUTO, "tokens per row")
+    packing: str = option(AUTO, "rows from documents: bestfit (nanochat), chunks, auto (chunks for the embedded corpus, else bestfit)")
+    device_batch_size: int | str = option(AUTO, "rows per pass per rank (auto on a GPU halves past depth 20)")
+    total_batch_size: int | str = option(AUTO, "tokens per step, -1 for nanochat's rule")
+    steps: int | str = option(AUTO, "optimizer steps, -1 for the data-ratio horizon")
     target_param_data_ratio: float = option(12.0, "training tokens per scaling parameter when steps is -1")
     matrix_lr: float = option(0.02, "Muon rate at the reference batch 2^19 (scaled by sqrt(batch / 2^19))")
     embedding_lr: float = option(0.3, "AdamW rate of the token embedding, at the reference batch")
@@ -86,19 +86,19 @@ class TrainConfig:
     final_lr_frac: float = option(0.05, "LR at the end, as a fraction of the peak")
     grad_clip: float = option(0.0, "global gradient-norm clip, 0 for off (as nanochat)")
     seed: int = option(0, "model init and training-data order")
-    data_dir: str = option(AUTO, "parquet shards: auto is ClimbMix (~/.cache/xsa_nb) on a GPU, the embedded corpus on the CPU")
-    tokenizer_path: str = option(AUTO, "tokenizer file: auto is trained on ClimbMix on a GPU, the embedded corpus's on the CPU")
+    data_dir: str = option(AUTO, "parquet shards, empty for the embedded corpus")
+    tokenizer_path: str = option(AUTO, "tokenizer file, empty for the embedded corpus's")
     run_dir: str = option("", "the run directory, empty for a fresh runs/<date>-<time>-d<depth>")
     device: str = option(AUTO, "auto (this rank's GPU if any), cpu, cuda, cuda:1, ...")
     dtype: str = option(AUTO, "auto (bf16 autocast on CUDA, fp32 on the CPU), float32, bfloat16")
     muon_dtype: str = option(AUTO, "Muon's Newton-Schulz dtype: auto (the compute dtype), float32, bfloat16")
-    compile: bool | str = option(AUTO, "torch.compile the model: auto is on for a GPU")
-    eval_every: int | str = option(AUTO, "val bpb every N steps and at the end, -1 at the end only: auto is 250 GPU, 50 CPU")
-    eval_tokens: int | str = option(AUTO, "validation tokens per evaluation: auto is 80 x 2^19 on a GPU, 32768 on the CPU")
-    core_every: int | str = option(AUTO, "CORE every N steps and at the end, 0 at the end, -1 never: auto is 2000 on a GPU")
-    core_bundle: str = option(AUTO, "eval bundle directory for CORE: auto is ~/.cache/xsa_nb/eval_bundle on a GPU")
+    compile: bool | str = option(AUTO, "torch.compile the model")
+    eval_every: int | str = option(AUTO, "val bpb every N steps and at the end, -1 at the end only")
+    eval_tokens: int | str = option(AUTO, "validation tokens per evaluation")
+    core_every: int | str = option(AUTO, "CORE every N steps and at the end, 0 at the end, -1 never")
+    core_bundle: str = option(AUTO, "eval bundle directory for CORE, empty for none")
     core_items: int = option(500, "CORE items per task during training, nanochat's 500 (11_eval scores every item)")
-    save_every: int | str = option(AUTO, "checkpoint every N steps and at the end: auto is 1000 on a GPU, 50 on the CPU")
+    save_every: int | str = option(AUTO, "checkpoint every N steps and at the end")
     dry_run: bool = option(False, "print the resolved plan (data, recipe, shape, time) and stop")
     max_cpu_hours: float = option(2.0, "refuse a CPU run the dry run estimates longer than this (hours), 0 for no limit")
     wandb_project: str = option("", "Weights & Biases project to follow the curves live (pip install wandb), or empty")
@@ -107,19 +107,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-
-def option_help(cls: type = TrainConfig) -> dict[str, str]:
-    "Each option of the dataclass `cls` with its one line of help."
-    return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
-
-
 AUTO_OPTIONS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.default == AUTO)  # resolved per device
-
-# %% ../nbs/08_config.ipynb #d0af68f9
-def parameters_source(cls: type = TrainConfig) -> str:
-    "The `parameters` cell of a papermill notebook: one `name = default  # help` line per option of `cls`."
-    value = lambda v: json.dumps(v) if isinstance(v, str) else repr(v)  # strings in double quotes, as people write them
-    return "\n".join(f"{f.name} = {value(f.default)}  # {f.metadata['help']}" for f in dataclasses.fields(cls))
 
 # %% ../nbs/08_config.ipynb #ad72d4cb
 @dataclass
@@ -227,9 +215,12 @@ def matmul_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: in
     return 2 * n ** 3 / best
 
 # %% ../nbs/08_config.ipynb #a0800024
+DEFAULT_CACHE = "~/.cache/xsa_nb"  # where the cache lives unless $XSA_NB_CACHE moves it
+
+
 def cache_dir() -> Path:
-    "Where downloaded data, the trained tokenizer and the CORE bundle live: `$XSA_NB_CACHE` or `~/.cache/xsa_nb`."
-    return Path(os.environ.get("XSA_NB_CACHE", "~/.cache/xsa_nb")).expanduser()
+    "Where downloaded data, the trained tokenizer and the CORE bundle live: `$XSA_NB_CACHE` or `DEFAULT_CACHE`."
+    return Path(os.environ.get("XSA_NB_CACHE", DEFAULT_CACHE)).expanduser()
 
 
 def device_settings(kind: str) -> dict:
@@ -259,6 +250,35 @@ def resolve_settings(cfg: TrainConfig, device: torch.device | str | None = None)
                                data_dir=data_dir, tokenizer_path=expand(cfg.tokenizer_path),
                                core_bundle=expand(cfg.core_bundle),
                                packing=resolve_packing(cfg.packing, Path(data_dir) if data_dir else None))
+
+# %% ../nbs/08_config.ipynb #d0af68f9
+def help_value(value) -> str:
+    "A setting's value as help prints it: a cache path under `DEFAULT_CACHE`, '' as `empty`, a multiple of 2^19 as such."
+    if isinstance(value, str) and value and Path(value).is_relative_to(cache_dir()):
+        return f"{DEFAULT_CACHE}/{Path(value).relative_to(cache_dir()).as_posix()}"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 2 ** 19 and value % 2 ** 19 == 0:
+        return f"{value // 2 ** 19} x 2^19"  # token counts in units of nanochat's reference batch
+    return "empty" if value == "" else str(value)
+
+
+def auto_help(name: str) -> str:
+    "What option `name`'s `auto` becomes on a GPU and on the CPU, read from `device_settings`; '' for other options."
+    if name not in device_settings("cuda"):
+        return ""
+    gpu, cpu = (help_value(device_settings(kind)[name]) for kind in ("cuda", "cpu"))
+    return f"; auto: {gpu} on a GPU, {cpu} on the CPU"
+
+
+def option_help(cls: type = TrainConfig) -> dict[str, str]:
+    "Each option of the dataclass `cls` with its one line of help, an `auto` one ending with what it becomes (`auto_help`)."
+    return {f.name: f.metadata["help"] + (auto_help(f.name) if f.default == AUTO else "") for f in dataclasses.fields(cls)}
+
+
+def parameters_source(cls: type = TrainConfig) -> str:
+    "The `parameters` cell of a papermill notebook: one `name = default  # help` line per option of `cls`."
+    value = lambda v: json.dumps(v) if isinstance(v, str) else repr(v)  # strings in double quotes, as people write them
+    helps = option_help(cls)
+    return "\n".join(f"{f.name} = {value(f.default)}  # {helps[f.name]}" for f in dataclasses.fields(cls))
 
 # %% ../nbs/08_config.ipynb #a0800002
 def xsa_layer_spec(spec: str) -> str | list[int]:

@@ -25,7 +25,7 @@ __all__ = ['MODEL_SHAPE', 'MODEL_SWITCHES', 'ROTARY_BASE', 'QK_SCALE', 'VE_GATE_
            'SINK_CHUNK_QUERIES', 'LOSS_CHUNK_NUMEL', 'COMPILED_LOSS_CHUNK_NUMEL', 'GPTConfig', 'rotary_tables',
            'apply_rotary', 'norm', 'has_value_embedding', 'KVCache', 'score_logsumexp', 'sink_keep',
            'CausalSelfAttention', 'MLP', 'Block', 'head_logits', 'softcap_logits', 'softcap_cross_entropy_plain',
-           'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next']
+           'SoftcapCrossEntropy', 'softcap_cross_entropy', 'GPT', 'sample_next', 'embedding_dtype', 'cast_embeddings']
 
 # %% ../nbs/04_model.ipynb #cc314da5
 @dataclass
@@ -551,3 +551,16 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.multinomial(F.softmax(logits / temperature, dim=-1), 1, generator=generator)
 
+
+# %% ../nbs/04_model.ipynb #38d1ff00
+def embedding_dtype(device_type: str, compute_dtype: torch.dtype) -> torch.dtype:
+    "The dtype of the token and value embedding tables: bf16 for a bf16 run on CUDA (nanochat's), fp32 otherwise."
+    return torch.bfloat16 if device_type == "cuda" and compute_dtype == torch.bfloat16 else torch.float32
+
+
+def cast_embeddings(model: GPT, device_type: str, compute_dtype: torch.dtype) -> GPT:
+    "Store `model`'s token and value embedding tables in `embedding_dtype(device_type, compute_dtype)`; nothing else."
+    dtype = embedding_dtype(device_type, compute_dtype)
+    model.transformer.wte.to(dtype=dtype)  # the two tables nanochat casts: its optimizer tolerates them in bf16, and
+    model.value_embeds.to(dtype=dtype)     # they are most of a small model's parameters (62% at d12)
+    return model

@@ -30,7 +30,7 @@ from .config import (AUTO, TrainConfig, build_model, resolve_device, resolve_set
 from .core_eval import core_score
 from .data import default_data_dir, make_loader
 from .eval import model_bits_per_byte
-from .model import GPT
+from .model import GPT, cast_embeddings
 from .muon import MuonAdamW, apply_schedule
 from .recipe import (check_run_length, plan_text, prepare_data, recipe_table, resolve_recipe, run_plan, run_shards,
                            shape_text)
@@ -38,12 +38,18 @@ from .tokenizer import Tokenizer, token_bytes, tokenizer_fingerprint
 from .utils import atomic_write_text, check_device, dist_info
 
 # %% auto #0
-__all__ = ['build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader', 'process_group_arguments',
-           'cuda_allocator_settings', 'start_process_group', 'accumulate_gradients', 'repeat_warning', 'start_position',
-           'start_tracking', 'metrics_recorder', 'hold_run_dir', 'prepare_data_once', 'training_shards', 'save_run',
-           'optimizer_step', 'evaluate', 'train', 'keep_run', 'read_kept']
+__all__ = ['matrix_rate', 'build_optimizer', 'TrainingDiverged', 'schedule_span', 'progress_line', 'split_loader',
+           'process_group_arguments', 'cuda_allocator_settings', 'start_process_group', 'accumulate_gradients',
+           'repeat_warning', 'start_position', 'start_tracking', 'metrics_recorder', 'hold_run_dir',
+           'prepare_data_once', 'training_shards', 'save_run', 'optimizer_step', 'evaluate', 'train', 'keep_run',
+           'read_kept']
 
 # %% ../nbs/08c_trainer.ipynb #6db3d684
+def matrix_rate(cfg: TrainConfig, recipe: dict) -> float:
+    "The matrices' rate before `lr_scale`: Muon's from the recipe, or under `optimizer='adamw'` AdamW's, scaled alike."
+    return recipe["matrix_lr"] * (cfg.adamw_matrix_lr / cfg.matrix_lr if cfg.optimizer == "adamw" else 1.0)
+
+
 def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: dict | None = None) -> MuonAdamW:
     """nanochat's `MuonAdamW` with the recipe's rates and weight decay, `lr_scale` on every rate, Newton–Schulz in
     `muon_dtype`; with `optimizer='adamw'` the matrices take AdamW at `adamw_matrix_lr`, scaled by batch as Muon's rate."""
@@ -53,8 +59,7 @@ def build_optimizer(cfg: TrainConfig, model: GPT, dtype: torch.dtype, recipe: di
                                       matrix_lr=recipe["matrix_lr"], scalar_lr=recipe["scalar_lr"], smear_lr=cfg.smear_lr,
                                       backout_lr=cfg.backout_lr,
                                       weight_decay=recipe["weight_decay"], ns_dtype=ns_dtype,
-                                      matrix_adamw_lr=recipe["matrix_lr"] * cfg.adamw_matrix_lr / cfg.matrix_lr
-                                      if cfg.optimizer == "adamw" else None)
+                                      matrix_adamw_lr=matrix_rate(cfg, recipe) if cfg.optimizer == "adamw" else None)
     for group in optimizer.param_groups:
         group["initial_lr"] = group["lr"] = group["initial_lr"] * cfg.lr_scale
     return optimizer
@@ -285,6 +290,7 @@ def train(cfg: TrainConfig, log=print, progress: bool = True, loaders: Callable 
         f"{recipe_table(recipe)}")
 
     model = build_model(cfg, tokenizer.vocab_size, device)
+    cast_embeddings(model, device.type, dtype)  # bf16 tables on a bf16 GPU run, as nanochat's (04_model)
     optimizer = build_optimizer(cfg, model, dtype, recipe)
     loader = split_loader(cfg, "train", tokenizer, loaders, shards)
     start, train_time, earlier = start_position(cfg, model, optimizer, loader, log)
