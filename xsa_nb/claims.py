@@ -16,8 +16,8 @@ from pathlib import Path
 from .claim_sources import (DELTA_VS_BLOCK, JUMP, NOT_BOS, NOT_MEASURED, PAIRED, VS_CONTROL, adjacent_cos,
                                   attnres_vs_plain, chatcore, concentration, conversion, delta_memory,
                                   is_number, lr_pilot, routing_order, routing_vs_standard, seed_comparison,
-                                  self_alignment, self_alignment_change, self_weight, sink_row, study_comparison,
-                                  sweep_trend, xsa_bpb, xsa_core, xsa_overhead, xsa_stable)
+                                  self_alignment, self_alignment_change, self_weight, sink_row, size_claim,
+                                  study_comparison, sweep_trend, xsa_bpb, xsa_core, xsa_overhead, xsa_stable)
 from .published import (PUBLISHED_CHATCORE, PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_SHAPES,
                               PUBLISHED_XSA_MUON, PUBLISHED_XSA_MUON_OVERHEAD_PCT, PUBLISHED_XSA_PAPER)
 from .records import (BLOCK_FINDING, BLOCK_FRESH_16, BLOCK_HEAD_16, BLOCK_SCALED_16, DELTA_BLOCK_DEEP, DELTA_DEEP,
@@ -95,6 +95,11 @@ CLAIMS = (
           " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items())
           + f" mean accuracy points over {PUBLISHED_XSA_PAPER['downstream_tasks']} tasks",
           lambda t: None, ("07a_core_eval", "The real bundle"), "–"),
+    Claim("xsa_size", _XSA, "XSA's gain grows with model size (pre-registered: d2 → d4)",
+          f"the gain grows over {PUBLISHED_XSA_PAPER['models']} (downstream: "
+          + " / ".join(f"{size}: +{g:.2f}" for size, g in _gains.items()) + " accuracy points)", size_claim,
+          ("24_xsa_size", "The test"), "direction only (theirs: 0.7B–2.7B; ours: d2 → d4, XSA's effect relative to "
+          "the baseline's bpb)", kept_beside="cpu"),
     Claim("xsa_seq_len", _XSA, "XSA's gain grows with sequence length",
           "the gain grows from T={} to T={}".format(*PUBLISHED_XSA_PAPER["seq_lens"]),
           lambda t: sweep_trend(t, "sequence length"), (_REPORT, "Study 2: the XSA paper's sweeps"), _DIRECTION),

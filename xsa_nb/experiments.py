@@ -14,16 +14,18 @@ from .chat_data import chat_sample_dir
 from .config import SFTConfig, TrainConfig, cache_dir, validate, validate_sft
 from .published import PUBLISHED_SHAPES
 from .recipe import ASSUMED_MFU, B_REF, duration_text, run_plan
+from .trainer import matrix_rate
 from .utils import need
 
 # %% auto #0
 __all__ = ['VARIANTS', 'CACHE', 'ROUTING', 'CONVERSIONS', 'CPU_SCALE', 'PIPELINE_CHECKS', 'PRESETS', 'HEADLINE',
            'SCALED_SMEAR_LR', 'ADAMW_PILOT_RATES', 'ARMS', 'QUESTIONS', 'MID_SMEAR_LR', 'SCALED', 'FINDING_SEEDS',
            'FINDING_PREDICTION', 'CLAIM_SEEDS', 'SEQ_LEN_PREDICTION', 'LR_PREDICTION', 'SIZE_SEEDS', 'SIZE_PREDICTION',
-           'SINK_PREDICTION', 'ADAMW_PILOT_SEEDS', 'ADAMW_PILOT_RULE', 'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS',
-           'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET', 'Run', 'Scale', 'Preset', 'run_name',
-           'study_runs', 'make_preset', 'gpu_study', 'get_preset', 'carried_smear_lr', 'study_preset', 'run_status',
-           'train_params', 'threads_per_job', 'plan_experiment', 'plan_experiment_text']
+           'SINK_PREDICTION', 'ADAMW_PILOT_SEEDS', 'ADAMW_PILOT_RULE', 'ROUTING_PILOT_SEEDS', 'ROUTING_DEPTH_RULE',
+           'GPU_PAIRS_ROWS', 'GPU_PAIRS_STEPS', 'GPU_PAIRS_BASE', 'GPU_PAIRS_PREDICTION', 'STUDIES', 'DEFAULT_PRESET',
+           'Run', 'Scale', 'Preset', 'run_name', 'study_runs', 'make_preset', 'gpu_study', 'get_preset',
+           'carried_smear_lr', 'study_preset', 'run_status', 'train_params', 'threads_per_job', 'plan_experiment',
+           'plan_experiment_text']
 
 # %% ../nbs/09_experiments.ipynb #ff07d1d2
 @dataclass(frozen=True)
@@ -294,6 +296,7 @@ QUESTIONS = {
     "xsa_lr": "Does XSA's gain hold across learning rates?",
     "xsa_with_sink": "Does XSA add to a learned attention sink?",
     "xsa_optimizer": "Is XSA's gain under Muon the gain it has under AdamW alone, where the XSA paper measured it?",
+    "routing_depth": "As depth grows, does delta routing stay sharper than AttnRes, and does it lower bpb against it?",
 }
 "The research questions, by the folder under docs/results/ that holds their studies."
 MID_SMEAR_LR = math.sqrt(TrainConfig().smear_lr * SCALED_SMEAR_LR)
@@ -351,6 +354,30 @@ ADAMW_PILOT_RULE = (
     "lowest mean validation bpb over seeds 104–105 (the baseline arm, no XSA); where that rate is an end of the grid "
     "(0.002 or 0.016) the study says so beside its verdicts. The Muon baseline on the same seeds stands beside it as "
     "the reference. The pilot is not part of any test (29_xsa_optimizer).")
+ROUTING_PILOT_SEEDS = (106, 107, 108, 109)
+"The depth-routing pilots' seeds: four no study used (the size pilot took 100–103, the AdamW pilot 104–105)."
+ROUTING_DEPTH_RULE = (
+    "Rule (committed before any of the pilots' runs): the depth-routing test trains AttnRes (the reference), Delta Block "
+    "and Delta AttnRes at depths 4 and 8, 128 wide (one head of 128, as routing-d4), at the finding's recipe (the smear "
+    "group's rate carried to the batch, smear_lr 0.0177) on the same 1 M tokens as every d2 run. Its family is four "
+    "comparisons, each delta arm − AttnRes (validation bpb, paired by seed) at each depth, under Holm at α = 0.05: a "
+    "comparison replicates the Delta paper where its corrected interval lies wholly below zero, contradicts it where "
+    "wholly above, and is not resolved otherwise, with the smallest effect its seeds would detect. Target: 0.0034 bpb, "
+    "half of Delta Block − baseline on seeds 16–31 (−0.0068), the smaller of the two delta effects on the first seeds "
+    "that chose nothing at this recipe. Half, because no AttnRes arm has run at this recipe and the Delta paper's gain "
+    "of the delta arms over AttnRes is 0.19–0.30 of their gain over the standard stream at 220M parameters and 4.6–5.0 "
+    "times it at 1044M: a planning size, not a prediction. Seeds: the pilots routing-d4-pilot and routing-d8-pilot "
+    "(the same arms on seeds 106–109, not part of the test) give the paired SD of each of the four comparisons; the "
+    "test takes the fewest seeds n in 4..16 whose paired test at α = 0.05/4 resolves 0.0034 bpb with 80 % power given "
+    "the largest of the four SDs (seeds_for_effect, 12a_stats), 16 if none, and trains seeds 110 to 110 + n − 1 at both "
+    "depths. Described beside the verdicts, not tested, as means over seeds: per routing point (two a layer, then the "
+    "final read) the raw max weight, the Delta paper's number (about 0.6 against 0.2 in deep layers), beside the "
+    "normalised concentration (max − 1/S)/(1 − 1/S) for S sources; and the control at equal source counts: AttnRes "
+    "and Delta AttnRes route over the same S at every point and are compared point by point, each Delta Block point "
+    "(S = its layer + 1) is set beside AttnRes's point of the same S, and each arm's d8 points beside its d4 points of "
+    "the same S and site (up to S = 9; 5 for Delta Block); besides, each effect at d8 beside d4's, how many seeds "
+    "fall below zero, and runs whose loss jumps early.")
+"How the depth-routing test (30_routing_depth) is fixed before its pilots run: arms, depths, family, target, seeds."
 GPU_PAIRS_ROWS, GPU_PAIRS_STEPS = 16, 60  # 16 × 2048 tokens a step, 60 steps: within one pass of the embedded corpus
 GPU_PAIRS_BASE = HEADLINE | dict(  # the headline's recipe (its lr_scale 4) in nanochat's GPU regime
     depth=6, device="cuda", seq_len=2048, window_pattern="SSSL", compile=True,  # bf16 and FlexAttention: auto on a GPU
@@ -430,6 +457,10 @@ STUDIES = {s.name: s for s in [
                  ("base", *(f"adamw_{lr:g}" for lr in ADAMW_PILOT_RATES)), ADAMW_PILOT_SEEDS, SCALED),
     study_preset("sink-scaled", "With a learned sink, does XSA still lower bpb at the finding's recipe?",
                  "xsa_with_sink/sink_scaled", ("sink", "xsa_sink"), CLAIM_SEEDS, SCALED, prediction=SINK_PREDICTION),
+    *(study_preset(f"routing-d{d}-pilot", f"How much do paired seeds vary between AttnRes and the delta routes at d{d} "
+                   "(128 wide)? A pilot that sizes the depth-routing test", f"routing_depth/d{d}_pilot",
+                   ("attnres", "delta_block", "delta"), ROUTING_PILOT_SEEDS, SCALED | dict(n_embd=128), depth=d)
+      for d in (4, 8)),
 ]}
 "Every study, by name: `xsa_nb studies` lists them, `xsa_nb reproduce --preset NAME` runs one."
 DEFAULT_PRESET = "finding"
@@ -468,12 +499,13 @@ def plan_experiment(preset: str, root: Path | None = None, nproc: int = 1, jobs:
     runs_dir = Path(root or ".") / "runs" / preset
     rows = []
     for run in (r for r in get_preset(preset).runs if r.kind == "train"):  # 14_sft sizes itself from its mixture
-        plan = run_plan(TrainConfig(**train_params(run, runs_dir)), world_size=nproc, threads=threads_per_job(jobs))
+        cfg = TrainConfig(**train_params(run, runs_dir))
+        plan = run_plan(cfg, world_size=nproc, threads=threads_per_job(jobs))
         s, r = plan["settings"], plan["recipe"]
         rows.append(dict(run=run.name, device=s["device"], dtype=s["dtype"], seq_len=s["seq_len"],
                          windows=s["window_pattern"], depth=r["n_layer"], width=r["n_embd"], heads=r["n_head"],
                          params=r["params"], tokens=r["tokens"], steps=r["steps"], batch=r["total_batch_size"],
-                         matrix_lr=r["matrix_lr"], seconds=plan["estimated_seconds"], data=plan["data"],
+                         matrix_lr=matrix_rate(cfg, r), seconds=plan["estimated_seconds"], data=plan["data"],
                          peak_flops=plan["peak_flops"], peak_source=plan["peak_source"]))
     return rows
 

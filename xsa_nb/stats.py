@@ -9,13 +9,13 @@ import math
 import statistics
 
 from scipy.optimize import brentq
-from scipy.stats import nct
+from scipy.stats import nct, ttest_ind
 from scipy.stats import t as student_t
 
 # %% auto #0
 __all__ = ['t_interval', 'p_value', 'verdict', 'paired_difference', 'mean_interval', 'holm_adjusted', 'holm_levels',
            't_test_power', 'mde_formula', 'min_detectable_effect', 'seeds_for_effect', 'family_verdicts',
-           'ratio_interval']
+           'ratio_interval', 'welch_difference']
 
 # %% ../nbs/12a_stats.ipynb #c097c34c
 def _check_seeds(n: int) -> None:
@@ -169,3 +169,16 @@ def ratio_interval(numerator: dict[int, float], denominator: dict[int, float], c
         root = math.sqrt(max(B * B - A * C, 0.0))
         out.update(low=(B - root) / A, high=(B + root) / A)
     return out
+
+# %% ../nbs/12a_stats.ipynb #88fd5077
+def welch_difference(a: list[float], b: list[float], confidence: float = 0.95, power: float = 0.8) -> dict:
+    """mean(a) − mean(b) over independent seeds: Welch's interval and p (scipy, unequal variances), its degrees of
+    freedom, its verdict, and the difference it would resolve with `power` (the shift approximation)."""
+    _check_seeds(min(len(a), len(b)))
+    res = ttest_ind(a, b, equal_var=False)
+    low, high = res.confidence_interval(confidence)
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    mde = (student_t.ppf(1 - (1 - confidence) / 2, res.df) + student_t.ppf(power, res.df)) * se
+    return {"diff": statistics.fmean(a) - statistics.fmean(b), "ci_low": float(low), "ci_high": float(high),
+            "level": confidence, "p": float(res.pvalue), "df": float(res.df), "se": se, "mde": mde,
+            "verdict": verdict(low, high)}
