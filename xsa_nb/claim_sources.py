@@ -16,15 +16,14 @@ from .published import PUBLISHED_DELTA, PUBLISHED_DELTA_PPL, PUBLISHED_XSA_MUON_
 from .records import (DELTA_SCALED_16, EARLY_STEPS, FRESH_SEEDS, JUMP_NATS, MANY_SEEDS, REPLICATION_WORDS,
                             SEED_STUDY_DIRS, SEED_STUDY_SMEAR_LR, XSA_SINK, Study, by_seed, jumps_early, kept_study,
                             layer_mean, own_family, rate_text, runs_folder, seed_study)
-from .stats import holm_levels, min_detectable_effect, paired_difference, p_value, t_interval, verdict, welch_difference
-from .studies import arm_bpb, read_study
+from .stats import paired_difference
+from .studies import SIZE_PENDING, SIZE_ROWS, SIZE_STUDY, size_rows
 
 # %% auto #0
-__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SIZE_STUDY', 'SIZE_D2', 'SIZE_ROWS', 'SIZE_PENDING',
-           'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL', 'BENCH', 'DELTA_VS_BLOCK', 'XSA_JUMPS', 'LR_PILOT', 'LR_STUDIES',
-           'LR_PILOT_ROW', 'ADJACENT_ORDER', 'CONCENTRATION', 'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION',
-           'UNTRAINED_ADJACENT_COS', 'NOT_BOS', 'ours_only', 'paired', 'described', 'relative_effects', 'size_test',
-           'size_rows', 'size_claim', 'is_number', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend',
+__all__ = ['NOT_MEASURED', 'PAIRED', 'JUMP', 'VS_CONTROL', 'STUDY_COLUMNS', 'SELF_COS', 'DIAGONAL', 'SELF_COS_LEVEL', 'BENCH',
+           'DELTA_VS_BLOCK', 'XSA_JUMPS', 'LR_PILOT', 'LR_STUDIES', 'LR_PILOT_ROW', 'ADJACENT_ORDER', 'CONCENTRATION',
+           'CONCENTRATION_MEAN', 'UNTRAINED_CONCENTRATION', 'UNTRAINED_ADJACENT_COS', 'NOT_BOS', 'ours_only', 'paired',
+           'described', 'size_claim', 'is_number', 'muon_pair', 'xsa_bpb', 'xsa_core', 'chatcore', 'sweep_trend',
            'sink_row', 'diagnostic', 'lr_pilot_rows', 'study_levels', 'lr_pilot', 'self_alignment', 'self_weight',
            'routed', 'routing_vs_standard', 'attnres_vs_plain', 'routing_order', 'concentration', 'adjacent_cos',
            'conversion', 'self_alignment_change', 'xsa_stable', 'delta_memory', 'xsa_overhead', 'study_comparison',
@@ -62,46 +61,7 @@ def described(text: str, verdict: str, **numbers) -> dict:
     "Our side of a claim that no interval tests: a description in words, its verdict, the numbers it rests on."
     return {"ours": text, "verdict": verdict} | numbers
 
-# %% ../nbs/12g_claim_sources.ipynb #44de73e8
-SIZE_STUDY, SIZE_D2 = "xsa-size", "scaled-smear"
-"The size test (24_xsa_size) and the d2 study at the same recipe whose relative effect it is compared with."
-SIZE_ROWS = ("XSA − baseline at d4, relative", "XSA's relative effect, d4 less d2")
-"The labels of the size test's two comparisons."
-SIZE_PENDING = "size test: runs kept"
-"The label of the size test's one row while some of its runs are not kept: how many are."
-
-
-def relative_effects(study: str, results: Path) -> dict[int, float]:
-    "XSA's relative effect on each seed of `study` with both arms kept under `results`: (XSA − baseline) / baseline."
-    preset = get_preset(study)
-    runs = read_study(preset, results)
-    base, xsa = arm_bpb(preset, runs, "base"), arm_bpb(preset, runs, "xsa")
-    return {s: (xsa[s] - base[s]) / base[s] for s in base if s in xsa}
-
-
-def size_test(d4: dict[int, float], d2: dict[int, float]) -> list[dict]:
-    "The pre-registered family of two on relative effects: d4's mean against zero, and d4's less d2's (Welch)."
-    r4 = list(d4.values())
-    mean, sd, n = statistics.fmean(r4), statistics.stdev(r4), len(r4)
-    apart = welch_difference(r4, list(d2.values()))
-    alphas = holm_levels([p_value(mean, sd, n), apart["p"]])
-    low, high = map(float, t_interval(mean, sd, n, 1 - alphas[0]))
-    one = {"diff": mean, "ci_low": low, "ci_high": high, "level": 1 - alphas[0], "seeds": n,
-           "verdict": REPLICATION_WORDS[verdict(low, high)], "mde": min_detectable_effect(sd, n, alphas[0])}
-    two = welch_difference(r4, list(d2.values()), confidence=1 - alphas[1]) | {"seeds": f"{n} and {len(d2)}"}
-    two["verdict"] = {"better": "grows", "worse": "shrinks"}.get(two["verdict"], two["verdict"])
-    return [{"study": SIZE_STUDY, "comparison": label} | row | ({"mde": None} if row["verdict"] != "not resolved" else {})
-            for label, row in zip(SIZE_ROWS, (one, two))]
-
-
-def size_rows(results: Path) -> list[dict]:
-    "The size test's two rows from the records under `results` (docs/results/) once every run is kept; else how many are."
-    preset = get_preset(SIZE_STUDY)
-    if (kept := len(read_study(preset, results))) < len(preset.runs):
-        return [{"study": SIZE_STUDY, "comparison": SIZE_PENDING, "kept": kept, "planned": len(preset.runs)}]
-    return size_test(relative_effects(SIZE_STUDY, results), relative_effects(SIZE_D2, results))
-
-
+# %% ../nbs/12g_claim_sources.ipynb #3e150991
 def size_claim(t: dict) -> dict | None:
     "Our side of 'XSA's gain grows with size': the size test's two rows, in percent of the baseline's bpb."
     rows = {r["comparison"]: r for r in t["studies"] if r["comparison"] in (*SIZE_ROWS, SIZE_PENDING)}

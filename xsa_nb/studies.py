@@ -13,15 +13,18 @@ from .figures import effects_figure
 from .published import PUBLISHED_DELTA_PPL, PUBLISHED_XSA_MUON
 from .records import (BPB_UNITS, JUMP_NATS, REPLICATION_WORDS, check_one_commit, early_loss_rise, holm_family,
                             write_table)
-from .stats import paired_difference
+from .stats import (holm_levels, min_detectable_effect, p_value, paired_difference, t_interval, verdict,
+                          welch_difference)
 from .trainer import read_kept
 from .utils import atomic_write_text, markdown_table, need
 
 # %% auto #0
-__all__ = ['ARM_LABELS', 'STUDY_FILES', 'OTHER_RECORDS', 'GROUPS', 'HEADLINE_READS', 'study_folders', 'study_run_dirs',
-           'read_study', 'study_depth', 'arm_bpb', 'arm_jumps', 'verdict_rows', 'study_status', 'finding_sentence',
-           'provenance_line', 'write_study_report', 'verdict_words', 'study_summaries', 'write_results_index',
-           'published_direction', 'cell_text', 'headline_rows', 'finding_text', 'write_headline']
+__all__ = ['ARM_LABELS', 'STUDY_FILES', 'OTHER_RECORDS', 'GROUPS', 'SIZE_STUDY', 'SIZE_D2', 'SIZE_ROWS', 'SIZE_PENDING',
+           'CLAIM_STUDIES', 'HEADLINE_READS', 'study_folders', 'study_run_dirs', 'read_study', 'study_depth', 'arm_bpb',
+           'arm_jumps', 'verdict_rows', 'study_status', 'finding_sentence', 'provenance_line', 'write_study_report',
+           'verdict_words', 'study_summaries', 'write_results_index', 'relative_effects', 'size_test', 'size_rows',
+           'size_sentence', 'claims_text', 'published_direction', 'cell_text', 'headline_rows', 'finding_text',
+           'write_headline']
 
 # %% ../nbs/12f_studies.ipynb #c818c3dd
 def study_folders(preset: Preset) -> tuple[str, ...]:
@@ -229,6 +232,70 @@ def write_results_index(results: Path) -> Path:
     need(not missing, f"folders of {results} on no line of the results index: {missing}: give each a study or an OTHER_RECORDS entry")
     return atomic_write_text(results / "README.md", "\n".join(lines))
 
+# %% ../nbs/12f_studies.ipynb #20e8965c
+SIZE_STUDY, SIZE_D2 = "xsa-size", "scaled-smear"
+"The size test (24_xsa_size) and the d2 study at the same recipe whose relative effect it is compared with."
+SIZE_ROWS = ("XSA − baseline at d4, relative", "XSA's relative effect, d4 less d2")
+"The labels of the size test's two comparisons."
+SIZE_PENDING = "size test: runs kept"
+"The label of the size test's one row while some of its runs are not kept: how many are."
+
+
+def relative_effects(study: str, results: Path) -> dict[int, float]:
+    "XSA's relative effect on each seed of `study` with both arms kept under `results`: (XSA − baseline) / baseline."
+    preset = get_preset(study)
+    runs = read_study(preset, results)
+    base, xsa = arm_bpb(preset, runs, "base"), arm_bpb(preset, runs, "xsa")
+    return {s: (xsa[s] - base[s]) / base[s] for s in base if s in xsa}
+
+
+def size_test(d4: dict[int, float], d2: dict[int, float]) -> list[dict]:
+    "The pre-registered family of two on relative effects: d4's mean against zero, and d4's less d2's (Welch)."
+    r4 = list(d4.values())
+    mean, sd, n = statistics.fmean(r4), statistics.stdev(r4), len(r4)
+    apart = welch_difference(r4, list(d2.values()))
+    alphas = holm_levels([p_value(mean, sd, n), apart["p"]])
+    low, high = map(float, t_interval(mean, sd, n, 1 - alphas[0]))
+    one = {"diff": mean, "ci_low": low, "ci_high": high, "level": 1 - alphas[0], "seeds": n,
+           "verdict": REPLICATION_WORDS[verdict(low, high)], "mde": min_detectable_effect(sd, n, alphas[0])}
+    two = welch_difference(r4, list(d2.values()), confidence=1 - alphas[1]) | {"seeds": f"{n} and {len(d2)}"}
+    two["verdict"] = {"better": "grows", "worse": "shrinks"}.get(two["verdict"], two["verdict"])
+    return [{"study": SIZE_STUDY, "comparison": label} | row | ({"mde": None} if row["verdict"] != "not resolved" else {})
+            for label, row in zip(SIZE_ROWS, (one, two))]
+
+
+def size_rows(results: Path) -> list[dict]:
+    "The size test's two rows from the records under `results` (docs/results/) once every run is kept; else how many are."
+    preset = get_preset(SIZE_STUDY)
+    if (kept := len(read_study(preset, results))) < len(preset.runs):
+        return [{"study": SIZE_STUDY, "comparison": SIZE_PENDING, "kept": kept, "planned": len(preset.runs)}]
+    return size_test(relative_effects(SIZE_STUDY, results), relative_effects(SIZE_D2, results))
+
+# %% ../nbs/12f_studies.ipynb #341345c8
+CLAIM_STUDIES = (("sequence length", ("xsa-fresh", "xsa-t512", "xsa-t1024")), ("learning rate", ("xsa-lr2", "xsa-lr8")),
+                 ("a learned sink", ("sink-scaled",)), ("the optimizer", ("adamw-rate-pilot",)),
+                 ("delta routing with depth", ("routing-d4-pilot", "routing-d8-pilot")))
+"The papers' other claims, each pre-registered on the studies floor (24–30): what it asks, and its studies or pilots."
+
+
+def size_sentence(rows: list[dict]) -> str:
+    "The size test (`size_rows`) in a sentence: its verdicts with d4's and d2's relative effects, or the runs kept."
+    if rows[0]["comparison"] == SIZE_PENDING:
+        return f"size (d2 → d4, `24_xsa_size`): {rows[0]['kept']} of {rows[0]['planned']} runs kept"
+    one, two = rows
+    change = {"grows": "the gain grows with size", "shrinks": "the gain shrinks with size"}.get(
+        two["verdict"], f"a change with size is not resolved (its seeds would resolve {100 * (two['mde'] or 0):.2f} points)")
+    return (f"size (`24_xsa_size`): at d4 (256 wide) XSA − baseline is {100 * one['diff']:+.2f} % of the baseline's bpb "
+            f"({one['verdict']}, {one['seeds']} seeds) against d2's {100 * (one['diff'] - two['diff']):+.2f} %: {change}")
+
+
+def claims_text(results: Path) -> str:
+    "The papers' claims in one sentence each: the size test's finding, then each other claim's runs kept so far."
+    kept = lambda names: (sum(len(read_study(get_preset(n), results)) for n in names),
+                          sum(len(get_preset(n).runs) for n in names))
+    others = "; ".join(f"{what}: {k} of {n} runs kept" for what, names in CLAIM_STUDIES for k, n in [kept(names)])
+    return f"The papers' claims, each pre-registered before its runs: {size_sentence(size_rows(results))}; {others}."
+
 # %% ../nbs/12f_studies.ipynb #1f0d2ccc
 HEADLINE_READS = (("finding", "finding: seeds 32–39"), ("smear-replication", "replication: seeds 16–31"),
                   ("delta-replication", "replication: seeds 16–31"), ("scaled-smear", "first read: seeds 0–15"))
@@ -279,11 +346,11 @@ def finding_text(results: Path) -> str:
 
 
 def write_headline(results: Path) -> Path:
-    "docs/results/headline.md: the headline table (`headline_rows`) with what it compares, in two lines."
+    "docs/results/headline.md: the headline table (`headline_rows`) with what it compares, and the papers' claims."
     notes = ["Each cell: mean paired difference in validation bits per byte, its Holm-corrected interval within the study, the "
              "verdict, the seeds below zero. Our d2 models: 128 wide, 1 M tokens of State of the Union addresses, nanochat's "
              "recipe with its learning rates × 4 and the smear group's rate carried to the batch (`smear_lr` 0.0177).",
-             f"{finding_text(results)} Every study: [the results index](docs/results/README.md)."]
+             f"{finding_text(results)} Every study: [the results index](docs/results/README.md).", claims_text(results)]
     text = "### Headline: XSA and delta routing at the smear rate carried to the batch\n\n" + "".join(f"- {n}\n" for n in notes) \
         + "\n" + markdown_table(headline_rows(results))
     return atomic_write_text(Path(results) / "headline.md", text)
